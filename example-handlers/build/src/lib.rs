@@ -1,0 +1,1 @@
+//! Paths to the built example handler components.

@@ -1,0 +1,1 @@
+//! boxcar-guest: the Rust guest SDK.

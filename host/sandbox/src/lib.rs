@@ -1,0 +1,1 @@
+//! boxcar-sandbox: runs handler components in wasmtime with hard limits.
