@@ -1,1 +1,55 @@
-fn main() {}
+//! The `boxcar` binary: parses the command line and runs a command.
+//! `anyhow` stops here; everything below uses typed errors.
+//!
+//! Exit codes: 0 ok; 1 runtime failure; 2 bad usage or input; 3 the job
+//! waited for failed or was cancelled; 4 a wait timed out.
+
+mod api;
+mod cli;
+mod commands;
+mod config;
+mod demo;
+mod deploy;
+mod manifest;
+mod output;
+mod sandbox_glue;
+mod schema;
+mod units;
+mod views;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    init_tracing(&cli.command);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::from(commands::exit_code(&error))
+        }
+    }
+}
+
+fn init_tracing(command: &cli::Command) {
+    use tracing_subscriber::EnvFilter;
+    let default = match command {
+        cli::Command::Serve(_) => "info,wasmtime=warn,cranelift=warn",
+        cli::Command::Demo(_) | cli::Command::Bench(_) => "warn",
+        _ => "warn",
+    };
+    let filter = EnvFilter::try_from_env("BOXCAR_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,1 +1,34 @@
 //! boxcar-sandbox: runs handler components in wasmtime with hard limits.
+//!
+//! - [`Sandbox`] owns the process's one wasmtime `Engine` (component model,
+//!   epoch interruption, optional pooling allocator and fuel), its epoch
+//!   ticker, the linker, and the on-disk compile cache.
+//! - [`Sandbox::load`] turns component bytes into a [`LoadedHandler`]:
+//!   compiled once (cached by digest + engine settings), checked against the
+//!   `boxcar:handler/handler` world, linked once into an `InstancePre`.
+//! - [`LoadedHandler::run`] runs one job in a fresh store and returns an
+//!   [`Outcome`]. Deadlines and cancellation are enforced with epoch
+//!   interruption, memory/table/instance caps with a resource limiter, and
+//!   log/progress/result/enqueue sizes in the host interface. WASI grants
+//!   clocks and random only; stdout/stderr go to the job's bounded log.
+//! - [`LoadedHandler`] and [`SandboxHandler`] implement the queue's
+//!   [`Handler`](boxcar_queue::Handler) trait (version = module digest).
+//!
+//! Running a job never returns an error: every ending is an [`Outcome`].
+
+mod bindings;
+mod cache;
+mod config;
+mod engine;
+mod error;
+mod host_impl;
+mod output;
+mod run;
+mod state;
+mod ticker;
+
+pub use boxcar_queue::{LimitKind, Outcome};
+pub use config::{Capabilities, HandlerLimits, SandboxConfig};
+pub use engine::{LoadReport, Sandbox};
+pub use error::SandboxError;
+pub use run::{LoadedHandler, SandboxHandler};

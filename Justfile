@@ -1,0 +1,23 @@
+# Everyday recipes. `just --list` shows them.
+
+# Run the demo on a fresh temporary SQLite database.
+demo:
+    cargo run --release -- demo
+
+# The whole test suite (Postgres tests use $DATABASE_URL).
+test:
+    DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} cargo test --workspace
+
+# Benchmarks: the sandbox bench and the queue workloads through the binary.
+bench:
+    cargo bench -p boxcar-sandbox
+    cargo run --release -- --db sqlite://target/bench.db bench --workload all
+
+# Formatting and lints, as CI wants them.
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# Build the example guest components (done by `cargo build` too).
+guests:
+    cargo build -p boxcar-examples

@@ -1,0 +1,269 @@
+//! The HTTP API (JSON) served by `boxcar serve`, plus the dashboard page and
+//! Prometheus metrics.
+//!
+//! Invariants:
+//! - Bound to loopback unless configured; off loopback a bearer token is
+//!   required on every route but `/healthz` (the server refuses to start
+//!   without one).
+//! - Request bodies are size-limited; every error is `{error, message}`.
+//! - Handlers validate exactly as the Rust API does: they call [`Queue`].
+
+mod error;
+mod metrics;
+mod requests;
+
+use std::{sync::Arc, time::Duration};
+
+use axum::{
+    extract::{DefaultBodyLimit, Path, Query, Request, State},
+    http::{header, StatusCode},
+    middleware::{self, Next},
+    response::{Html, IntoResponse, Response},
+    routing::{get, post},
+    Json, Router,
+};
+use boxcar_queue::{JobFilter, Queue, Registry, Scope};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+pub use error::ApiError;
+pub use metrics::Metrics;
+use requests::{CancelRequest, EnqueueRequest, RetryRequest};
+
+use crate::{
+    deploy::Deployer,
+    views::{HandlerEventView, JobView},
+};
+
+/// Largest accepted request body. Payloads are bounded separately (1 MiB by
+/// default); this leaves room for the envelope and flow children.
+pub const MAX_BODY: usize = 4 * 1024 * 1024;
+/// Longest `wait` a client may ask for.
+const MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// What every request handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    /// The queue.
+    pub queue: Queue,
+    /// The registry of this host (deployed handlers).
+    pub registry: Arc<Registry>,
+    /// The hot deployer, when this host runs handlers.
+    pub deployer: Option<Arc<Deployer>>,
+    /// Lifecycle counters.
+    pub metrics: Arc<Metrics>,
+    /// Required bearer token, if any.
+    pub token: Option<String>,
+}
+
+/// Builds the router.
+pub fn router(state: AppState) -> Router {
+    let protected = Router::new()
+        .route("/", get(dashboard))
+        .route("/jobs", post(enqueue).get(list_jobs))
+        .route("/jobs/retry-failed", post(retry_failed))
+        .route("/jobs/{id}", get(get_job))
+        .route("/jobs/{id}/wait", get(wait_job))
+        .route("/jobs/{id}/cancel", post(cancel_job))
+        .route("/scopes/{scope_type}/{scope_id}/cancel", post(cancel_scope))
+        .route("/counts", get(counts))
+        .route("/handlers", get(handlers))
+        .route("/metrics", get(metrics_text))
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .merge(protected)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if let Some(expected) = &state.token {
+        let given = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        if !given.is_some_and(|given| constant_time_eq(given.as_bytes(), expected.as_bytes())) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(request).await
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn dashboard() -> Html<&'static str> {
+    Html(include_str!("dashboard.html"))
+}
+
+async fn enqueue(
+    State(state): State<AppState>,
+    body: Result<Json<EnqueueRequest>, axum::extract::rejection::JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body?;
+    let (job, children) = request.into_jobs()?;
+    if children.is_empty() {
+        let added = state.queue.add(job).await?;
+        let status = if added.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
+        Ok((status, Json(json!({"id": added.id, "deduplicated": added.deduplicated}))).into_response())
+    } else {
+        let id = state.queue.add_flow(job, children).await?;
+        let children = state
+            .queue
+            .find(&JobFilter {
+                parent_id: Some(id.clone()),
+                limit: Some(10_000),
+                ..JobFilter::default()
+            })
+            .await?;
+        let child_ids: Vec<&str> = children.iter().map(|c| c.id.as_str()).collect();
+        Ok((StatusCode::CREATED, Json(json!({"id": id, "deduplicated": false, "children": child_ids}))).into_response())
+    }
+}
+
+async fn get_job(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<JobView>, ApiError> {
+    match state.queue.get(&id).await? {
+        Some(job) => Ok(Json(JobView::from(&job))),
+        None => Err(ApiError::job_not_found(&id)),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    status: Option<String>,
+    #[serde(rename = "type")]
+    job_type: Option<String>,
+    scope: Option<String>,
+    parent: Option<String>,
+    limit: Option<u32>,
+    offset: Option<u32>,
+}
+
+async fn list_jobs(
+    State(state): State<AppState>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Vec<JobView>>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
+    let mut filter = JobFilter {
+        limit: Some(query.limit.unwrap_or(JobFilter::DEFAULT_LIMIT).min(1000)),
+        offset: query.offset,
+        parent_id: query.parent,
+        ..JobFilter::default()
+    };
+    if let Some(statuses) = query.status {
+        for name in statuses.split(',').filter(|s| !s.is_empty()) {
+            filter.statuses.push(
+                name.parse()
+                    .map_err(|_| ApiError::bad_request("bad_query", format!("unknown status `{name}`: use pending, running, succeeded, failed or cancelled")))?,
+            );
+        }
+    }
+    if let Some(types) = query.job_type {
+        filter.types = types.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect();
+    }
+    if let Some(scope) = query.scope {
+        filter.scope = Some(parse_scope(&scope).map_err(|m| ApiError::bad_request("bad_query", m))?);
+    }
+    let jobs = state.queue.find(&filter).await?;
+    Ok(Json(jobs.iter().map(JobView::from).collect()))
+}
+
+/// Parses `TYPE:ID` into a scope.
+pub fn parse_scope(text: &str) -> Result<Scope, String> {
+    match text.split_once(':') {
+        Some((scope_type, scope_id)) if !scope_type.is_empty() && !scope_id.is_empty() => {
+            Ok(Scope::new(scope_type, scope_id))
+        }
+        _ => Err(format!("scope `{text}` must be written TYPE:ID, e.g. account:42")),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WaitQuery {
+    timeout: Option<String>,
+}
+
+async fn wait_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    query: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<JobView>, ApiError> {
+    let Query(query) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
+    let timeout = match query.timeout {
+        None => Duration::from_secs(30),
+        Some(text) => crate::units::parse_duration(&text).map_err(|m| ApiError::bad_request("bad_query", m))?,
+    }
+    .min(MAX_WAIT);
+    let job = state.queue.wait(&id, timeout).await?;
+    Ok(Json(JobView::from(&job)))
+}
+
+async fn cancel_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Option<Json<CancelRequest>>,
+) -> Result<Json<Value>, ApiError> {
+    let reason = body.and_then(|Json(b)| b.reason).unwrap_or_else(|| "cancelled via the API".into());
+    if state.queue.get(&id).await?.is_none() {
+        return Err(ApiError::job_not_found(&id));
+    }
+    let cancelled = state.queue.cancel(&id, &reason).await?;
+    Ok(Json(json!({"id": id, "cancelled": cancelled})))
+}
+
+async fn cancel_scope(
+    State(state): State<AppState>,
+    Path((scope_type, scope_id)): Path<(String, String)>,
+    body: Option<Json<CancelRequest>>,
+) -> Result<Json<Value>, ApiError> {
+    let request = body.map(|Json(b)| b).unwrap_or_default();
+    let reason = request.reason.unwrap_or_else(|| "cancelled via the API".into());
+    let scope = Scope::new(scope_type, scope_id);
+    let cancelled = if request.pending_only {
+        state.queue.cancel_pending_for_scope(scope, &reason).await?
+    } else {
+        state.queue.cancel_for_scope(scope, &reason).await?
+    };
+    Ok(Json(json!({"cancelled": cancelled})))
+}
+
+async fn retry_failed(
+    State(state): State<AppState>,
+    body: Option<Json<RetryRequest>>,
+) -> Result<Json<Value>, ApiError> {
+    let request = body.map(|Json(b)| b).unwrap_or_default();
+    let filter = request.into_filter()?;
+    let retried = state.queue.retry_failed(&filter).await?;
+    Ok(Json(json!({"retried": retried})))
+}
+
+async fn counts(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let counts = state.queue.count_by_status().await?;
+    Ok(Json(serde_json::to_value(counts).map_err(|e| ApiError::internal(&e))?))
+}
+
+async fn handlers(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let (deployed, rejected) = match &state.deployer {
+        Some(deployer) => (deployer.deployed(), deployer.rejections()),
+        None => (Vec::new(), Vec::new()),
+    };
+    let events = state.queue.handler_events(50).await?;
+    let events: Vec<HandlerEventView> = events.iter().map(HandlerEventView::from).collect();
+    Ok(Json(json!({
+        "deployed": deployed,
+        "rejected": rejected,
+        "types": state.registry.types(),
+        "events": events,
+    })))
+}
+
+async fn metrics_text(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let counts = state.queue.count_by_status().await?;
+    let text = state.metrics.render(&counts);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+}

@@ -1,0 +1,282 @@
+//! Inspection and administration commands: `jobs`, `job`, `counts`,
+//! `cancel`, `retry-failed`, `prune`, `handlers`, `migrate`.
+
+use std::collections::BTreeMap;
+
+use boxcar_queue::{HandlerEventKind, JobFilter, JobStatus, Queue};
+use chrono::Utc;
+use serde_json::json;
+
+use super::{usage, Context};
+use crate::{
+    api::parse_scope,
+    cli::{CancelArgs, JobsArgs, PruneArgs, RetryArgs},
+    output::{clip, table},
+    units::parse_duration,
+    views::{HandlerEventView, JobView},
+};
+
+fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Parses a comma-separated status list.
+pub fn parse_statuses(text: &str) -> anyhow::Result<Vec<JobStatus>> {
+    text.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|name| {
+            name.trim().parse::<JobStatus>().map_err(|_| {
+                usage(format!(
+                    "unknown status `{name}`: use pending, running, succeeded, failed or cancelled"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Parses `--scope TYPE:ID`.
+pub fn scope_arg(text: Option<&str>) -> anyhow::Result<Option<boxcar_queue::Scope>> {
+    text.map(|t| parse_scope(t).map_err(usage)).transpose()
+}
+
+pub async fn jobs(context: Context, args: JobsArgs) -> anyhow::Result<()> {
+    let queue = context.queue().await?;
+    let filter = JobFilter {
+        types: args
+            .job_type
+            .map(|t| t.split(',').map(str::to_string).collect())
+            .unwrap_or_default(),
+        statuses: args.status.as_deref().map(parse_statuses).transpose()?.unwrap_or_default(),
+        scope: scope_arg(args.scope.as_deref())?,
+        parent_id: args.parent,
+        limit: Some(args.limit),
+        offset: Some(args.offset),
+    };
+    let jobs = queue.find(&filter).await?;
+    let views: Vec<JobView> = jobs.iter().map(JobView::from).collect();
+    if context.json {
+        return print_json(&views);
+    }
+    let rows: Vec<Vec<String>> = views
+        .iter()
+        .map(|j| {
+            vec![
+                j.id.clone(),
+                j.job_type.clone(),
+                j.status.clone(),
+                format!("{}/{}", j.attempts, j.max_attempts),
+                j.scope.as_ref().map(ToString::to_string).unwrap_or_default(),
+                clip(j.last_error.as_deref().unwrap_or(""), 60),
+                j.updated_at.clone(),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        table(&["ID", "TYPE", "STATUS", "ATTEMPTS", "SCOPE", "LAST ERROR", "UPDATED"], &rows)
+    );
+    Ok(())
+}
+
+pub async fn job(context: Context, id: &str) -> anyhow::Result<()> {
+    let queue = context.queue().await?;
+    let Some(job) = queue.get(id).await? else {
+        return Err(usage(format!("job `{id}` does not exist")));
+    };
+    let view = JobView::from(&job);
+    if context.json {
+        return print_json(&view);
+    }
+    let value = serde_json::to_value(&view)?;
+    if let Some(fields) = value.as_object() {
+        for (key, value) in fields {
+            let text = match value {
+                serde_json::Value::Null => continue,
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            println!("{key:<16} {text}");
+        }
+    }
+    Ok(())
+}
+
+pub async fn counts(context: Context) -> anyhow::Result<()> {
+    let queue = context.queue().await?;
+    let counts = queue.count_by_status().await?;
+    if context.json {
+        return print_json(&counts);
+    }
+    let value = serde_json::to_value(counts)?;
+    let rows: Vec<Vec<String>> = value
+        .as_object()
+        .map(|o| o.iter().map(|(k, v)| vec![k.clone(), v.to_string()]).collect())
+        .unwrap_or_default();
+    print!("{}", table(&["STATUS", "JOBS"], &rows));
+    Ok(())
+}
+
+pub async fn cancel(context: Context, args: CancelArgs) -> anyhow::Result<()> {
+    let queue = context.queue().await?;
+    let reason = args.reason.as_str();
+    let cancelled = if let Some(id) = &args.id {
+        if queue.get(id).await?.is_none() {
+            return Err(usage(format!("job `{id}` does not exist")));
+        }
+        usize::from(queue.cancel(id, reason).await?)
+    } else if let Some(scope) = scope_arg(args.scope.as_deref())? {
+        if args.pending_only {
+            queue.cancel_pending_for_scope(scope, reason).await?
+        } else {
+            queue.cancel_for_scope(scope, reason).await?
+        }
+    } else if let Some(job_type) = &args.job_type {
+        queue.cancel_by_dedupe_keys(job_type, &args.dedupe_key, reason).await?
+    } else {
+        return Err(usage(
+            "say what to cancel: --id ID, --scope TYPE:ID [--pending-only], or --type T --dedupe-key K...",
+        ));
+    };
+    if context.json {
+        return print_json(&json!({"cancelled": cancelled}));
+    }
+    println!("cancelled {cancelled} job(s)");
+    Ok(())
+}
+
+pub async fn retry_failed(context: Context, args: RetryArgs) -> anyhow::Result<()> {
+    let queue = context.queue().await?;
+    let filter = JobFilter {
+        types: args.job_type.into_iter().collect(),
+        scope: scope_arg(args.scope.as_deref())?,
+        limit: args.limit,
+        offset: args.offset,
+        ..JobFilter::default()
+    };
+    let retried = queue.retry_failed(&filter).await?;
+    if context.json {
+        return print_json(&json!({"retried": retried}));
+    }
+    println!("retried {retried} failed job(s)");
+    Ok(())
+}
+
+pub async fn prune(context: Context, args: PruneArgs) -> anyhow::Result<()> {
+    let age = parse_duration(&args.older_than).map_err(usage)?;
+    if age.is_zero() {
+        return Err(usage("--older-than must be positive, e.g. 7d"));
+    }
+    let statuses = match args.status.as_deref() {
+        Some(text) => {
+            let statuses = parse_statuses(text)?;
+            if let Some(live) = statuses.iter().find(|s| !s.is_terminal()) {
+                return Err(usage(format!(
+                    "only terminal jobs can be pruned; `{}` is not terminal",
+                    live.as_str()
+                )));
+            }
+            statuses
+        }
+        None => vec![JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled],
+    };
+    let cutoff = Utc::now() - chrono::Duration::from_std(age).map_err(|_| usage("--older-than is too large"))?;
+    let queue = context.queue().await?;
+    let pruned = queue.prune(cutoff, &statuses).await?;
+    if context.json {
+        return print_json(&json!({"pruned": pruned}));
+    }
+    println!("pruned {pruned} job(s)");
+    Ok(())
+}
+
+/// Types currently deployed on some host, per the store's deploy records.
+pub async fn deployed_types(queue: &Queue) -> anyhow::Result<Vec<String>> {
+    Ok(current_deploys(queue).await?.into_keys().collect())
+}
+
+/// job type → its latest `deployed` event, unless a later `removed` one exists.
+async fn current_deploys(queue: &Queue) -> anyhow::Result<BTreeMap<String, HandlerEventView>> {
+    let events = queue.handler_events(10_000).await?;
+    let mut latest: BTreeMap<String, HandlerEventView> = BTreeMap::new();
+    for event in events.iter().rev() {
+        let Some(job_type) = &event.job_type else {
+            continue;
+        };
+        match event.kind {
+            HandlerEventKind::Deployed => {
+                latest.insert(job_type.clone(), HandlerEventView::from(event));
+            }
+            HandlerEventKind::Removed => {
+                latest.remove(job_type);
+            }
+            HandlerEventKind::Rejected => {}
+        }
+    }
+    Ok(latest)
+}
+
+pub async fn handlers(context: Context) -> anyhow::Result<()> {
+    let queue = context.queue().await?;
+    let deployed = current_deploys(&queue).await?;
+    let events = queue.handler_events(10_000).await?;
+    let mut rejections: BTreeMap<String, HandlerEventView> = BTreeMap::new();
+    for event in events.iter().rev() {
+        let Some(file) = &event.file else { continue };
+        match event.kind {
+            HandlerEventKind::Rejected => {
+                rejections.insert(file.clone(), HandlerEventView::from(event));
+            }
+            HandlerEventKind::Deployed | HandlerEventKind::Removed => {
+                rejections.remove(file);
+            }
+        }
+    }
+    if context.json {
+        let deployed: Vec<_> = deployed.values().collect();
+        let rejected: Vec<_> = rejections.values().collect();
+        return print_json(&json!({"deployed": deployed, "rejected": rejected}));
+    }
+    let rows: Vec<Vec<String>> = deployed
+        .iter()
+        .map(|(job_type, e)| {
+            vec![
+                job_type.clone(),
+                e.file.clone().unwrap_or_default(),
+                e.digest.as_deref().map(|d| clip(d, 16)).unwrap_or_default(),
+                e.at.clone(),
+            ]
+        })
+        .collect();
+    print!("{}", table(&["TYPE", "MODULE", "DIGEST", "DEPLOYED"], &rows));
+    if !rejections.is_empty() {
+        println!("\nrejected (the previous version, if any, keeps serving):");
+        for (file, e) in &rejections {
+            println!("  {file} at {}: {}", e.at, e.reason.as_deref().unwrap_or(""));
+        }
+    }
+    Ok(())
+}
+
+pub async fn migrate(context: Context) -> anyhow::Result<()> {
+    context.queue().await?;
+    if context.json {
+        return print_json(&json!({"migrated": true}));
+    }
+    println!("database is up to date: {}", redact(&context.db));
+    Ok(())
+}
+
+/// The URL without any password.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}

@@ -1,0 +1,54 @@
+//! `boxcar bench`: the queue benchmarks through the real dispatcher against
+//! `--db`, with the bundled no-op WASM component (default) or a native no-op.
+//! Prints one JSON line per workload.
+
+use std::sync::Arc;
+
+use boxcar_queue::{
+    bench::{self, BenchConfig, NoopHandler},
+    connect, Handler,
+};
+use boxcar_sandbox::Sandbox;
+
+use super::{usage, Context};
+use crate::{
+    cli::{BenchArgs, BenchHandler, Workload},
+    sandbox_glue,
+};
+
+pub async fn run(context: Context, args: BenchArgs) -> anyhow::Result<()> {
+    if args.jobs == 0 || args.concurrency == 0 {
+        return Err(usage("--jobs and --concurrency must be positive"));
+    }
+    let store = connect(&context.db).await?;
+    let (handler, system): (Arc<dyn Handler>, &str) = match args.handler {
+        BenchHandler::Native => (Arc::new(NoopHandler), "boxcar-native"),
+        BenchHandler::Wasm => {
+            let example = boxcar_examples::get("noop")
+                .ok_or_else(|| anyhow::anyhow!("the noop example is missing from this build"))?;
+            let sandbox = Sandbox::new(sandbox_glue::sandbox_config(&context.config.sandbox))?;
+            let loaded = sandbox.load(
+                &example.bytes()?,
+                boxcar_sandbox::HandlerLimits::default(),
+                boxcar_sandbox::Capabilities::default(),
+            )?;
+            (loaded, "boxcar-wasm")
+        }
+    };
+    let config = BenchConfig {
+        system: system.to_string(),
+        drain_jobs: args.jobs,
+        single_jobs: (args.jobs / 10).max(1),
+        drain_concurrency: args.concurrency,
+        ..BenchConfig::default()
+    };
+    if matches!(args.workload, Workload::Drain | Workload::All) {
+        let result = bench::drain(store.clone(), handler.clone(), &config).await?;
+        println!("{}", result.to_json_line());
+    }
+    if matches!(args.workload, Workload::Latency | Workload::All) {
+        let result = bench::latency(store.clone(), handler.clone(), &config).await?;
+        println!("{}", result.to_json_line());
+    }
+    Ok(())
+}

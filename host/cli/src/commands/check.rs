@@ -1,0 +1,77 @@
+//! `boxcar check`: validate without deploying. With a module: the manifest,
+//! the pin, the world and compilation, then a summary of what the module
+//! would get. Without one: the configuration alone (already validated when
+//! it was loaded).
+
+use std::sync::Arc;
+
+use boxcar_sandbox::Sandbox;
+use serde_json::json;
+
+use super::{usage, Context};
+use crate::{cli::CheckArgs, deploy, sandbox_glue};
+
+pub async fn run(context: Context, args: CheckArgs) -> anyhow::Result<()> {
+    let Some(module) = args.module else {
+        if context.json {
+            println!("{}", json!({"config": "ok"}));
+        } else {
+            println!("configuration is valid");
+        }
+        return Ok(());
+    };
+    let manifest = args.manifest.unwrap_or_else(|| module.with_extension("toml"));
+    if !manifest.is_file() {
+        return Err(usage(format!(
+            "no manifest at {}: write NAME.toml beside NAME.wasm or pass --manifest",
+            manifest.display()
+        )));
+    }
+    let sandbox = Arc::new(Sandbox::new(sandbox_glue::sandbox_config(&context.config.sandbox))?);
+    let prepared = deploy::prepare(&sandbox, &module, &manifest).await?;
+    let m = &prepared.manifest;
+    if context.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "module": module.display().to_string(),
+                "digest": prepared.digest,
+                "job_types": m.job_types,
+                "concurrency": m.concurrency,
+                "timeout_ms": m.timeout.as_millis() as u64,
+                "max_attempts": m.max_attempts,
+                "limits": {
+                    "memory": m.limits.memory,
+                    "fuel": m.limits.fuel,
+                    "max_result": m.limits.max_result,
+                    "max_log": m.limits.max_log,
+                    "max_progress": m.limits.max_progress,
+                    "max_enqueues": m.limits.max_enqueues,
+                },
+                "capabilities": {"may_enqueue": m.capabilities.may_enqueue},
+            }))?
+        );
+        return Ok(());
+    }
+    println!("{} is valid", module.display());
+    println!("  digest        {}", prepared.digest);
+    println!("  job types     {}", m.job_types.join(", "));
+    println!("  concurrency   {}", m.concurrency);
+    println!("  timeout       {:?}", m.timeout);
+    println!(
+        "  limits        memory {}, result {}, log {}, progress {}, enqueues {}, fuel {}",
+        crate::units::ByteSize(m.limits.memory),
+        crate::units::ByteSize(m.limits.max_result),
+        crate::units::ByteSize(m.limits.max_log),
+        crate::units::ByteSize(m.limits.max_progress),
+        m.limits.max_enqueues,
+        m.limits.fuel.map_or("off".to_string(), |f| f.to_string()),
+    );
+    println!("  capabilities");
+    if m.capabilities.may_enqueue.is_empty() {
+        println!("    none: computation, logging, progress and clocks only");
+    } else {
+        println!("    may enqueue: {}", m.capabilities.may_enqueue.join(", "));
+    }
+    Ok(())
+}

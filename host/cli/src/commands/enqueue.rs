@@ -1,0 +1,121 @@
+//! `boxcar enqueue`: validate and insert one job (or a flow), print its id,
+//! or with `--wait` wait for it and print its result.
+
+use boxcar_queue::{JobStatus, NewJob, QueueError, WaitError};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{admin::scope_arg, usage, Context, JobFailed, WaitTimedOut};
+use crate::{cli::EnqueueArgs, units::parse_duration, views::JobView};
+
+/// One child in a `--children` file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChildSpec {
+    job_type: String,
+    #[serde(default = "empty_object")]
+    payload: Value,
+    scope: Option<String>,
+    dedupe_key: Option<String>,
+    max_attempts: Option<u32>,
+    #[serde(default)]
+    priority: i32,
+}
+
+fn empty_object() -> Value {
+    json!({})
+}
+
+pub async fn run(context: Context, args: EnqueueArgs) -> anyhow::Result<()> {
+    let payload = args.payload.clone().unwrap_or_else(|| "{}".to_string());
+    let mut job = NewJob::from_text(args.job_type.clone(), payload);
+    job.scope = scope_arg(args.scope.as_deref())?;
+    job.dedupe_key = args.dedupe_key.clone();
+    job.max_attempts = args.max_attempts;
+    job.priority = args.priority;
+    if let Some(delay) = &args.delay {
+        job.delay = Some(parse_duration(delay).map_err(|m| usage(format!("--delay: {m}")))?);
+    }
+    if let Some(at) = &args.run_at {
+        let at = DateTime::parse_from_rfc3339(at)
+            .map_err(|e| usage(format!("--run-at `{at}` is not an RFC 3339 time ({e}), e.g. 2026-01-31T09:00:00Z")))?;
+        job.run_at = Some(at.with_timezone(&Utc));
+    }
+    if let Some(ttl) = &args.ttl {
+        job.ttl = Some(parse_duration(ttl).map_err(|m| usage(format!("--ttl: {m}")))?);
+    }
+    let wait_timeout = parse_duration(&args.timeout).map_err(|m| usage(format!("--timeout: {m}")))?;
+    let children = match &args.children {
+        None => Vec::new(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| usage(format!("--children {}: {e}", path.display())))?;
+            let specs: Vec<ChildSpec> = serde_json::from_str(&text).map_err(|e| {
+                usage(format!(
+                    "--children {}: expected a JSON array of {{job_type, payload, ...}} ({e})",
+                    path.display()
+                ))
+            })?;
+            specs
+                .into_iter()
+                .map(|spec| {
+                    let mut child = NewJob::new(spec.job_type, &spec.payload);
+                    child.scope = scope_arg(spec.scope.as_deref())?;
+                    child.dedupe_key = spec.dedupe_key;
+                    child.max_attempts = spec.max_attempts;
+                    child.priority = spec.priority;
+                    Ok(child)
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?
+        }
+    };
+
+    let queue = context.queue().await?;
+    let registry = context.producer_registry(&queue).await?;
+    queue.attach_registry(registry);
+    let (id, deduplicated) = if children.is_empty() {
+        let added = queue.add(job).await.map_err(enqueue_error)?;
+        (added.id, added.deduplicated)
+    } else {
+        (queue.add_flow(job, children).await.map_err(enqueue_error)?, false)
+    };
+
+    if !args.wait {
+        if context.json {
+            println!("{}", json!({"id": id, "deduplicated": deduplicated}));
+        } else {
+            println!("{id}");
+        }
+        return Ok(());
+    }
+    let finished = queue.wait(&id, wait_timeout).await.map_err(|error| match error {
+        WaitError::Timeout(_) => WaitTimedOut(format!(
+            "job {id} did not finish within {}; it is still queued — check it later with `boxcar job {id}`",
+            args.timeout
+        ))
+        .into(),
+        other => anyhow::Error::from(other),
+    })?;
+    if context.json {
+        println!("{}", serde_json::to_string_pretty(&JobView::from(&finished))?);
+    } else if let Some(result) = &finished.result {
+        println!("{result}");
+    }
+    if finished.status != JobStatus::Succeeded {
+        return Err(JobFailed {
+            id,
+            status: finished.status.as_str().to_string(),
+            message: finished.last_error.unwrap_or_default(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+fn enqueue_error(error: QueueError) -> anyhow::Error {
+    match error {
+        QueueError::Enqueue(e) => usage(e.to_string()),
+        other => other.into(),
+    }
+}

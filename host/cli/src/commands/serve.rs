@@ -1,0 +1,151 @@
+//! `boxcar serve`: one host process. With `--handlers DIR` it deploys the
+//! directory's handlers (and keeps watching it) and runs workers for them;
+//! without it, it serves the API and maintenance only (a producer host).
+//! Stops gracefully on Ctrl-C or SIGTERM: no new claims, in-flight jobs get
+//! `shutdown_grace`, then are aborted and their leases released.
+
+use std::{net::SocketAddr, sync::Arc, time::Duration};
+
+use boxcar_queue::{open_store, Queue, Registry, Worker};
+use boxcar_sandbox::Sandbox;
+use tokio_util::sync::CancellationToken;
+
+use super::{admin::deployed_types, usage, Context};
+use crate::{
+    api::{self, AppState, Metrics},
+    cli::ServeArgs,
+    config::DEFAULT_LISTEN,
+    deploy::Deployer,
+    sandbox_glue,
+};
+
+/// How often types deployed on other hosts are learned (for enqueue checks).
+const KNOWN_TYPES_REFRESH: Duration = Duration::from_secs(5);
+
+pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
+    let mut config = context.config.clone();
+    if let Some(worker_id) = args.worker_id {
+        config.worker.worker_id = worker_id;
+    }
+    config.validate()?;
+    let handlers_dir = args.handlers.or(config.handlers.clone());
+    let listen = args
+        .listen
+        .or(config.listen.clone())
+        .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    let token = args.token.or(config.token.clone());
+    let address: SocketAddr = listen
+        .parse()
+        .map_err(|e| usage(format!("--listen `{listen}` is not an address like 127.0.0.1:7878 ({e})")))?;
+    if !address.ip().is_loopback() && token.is_none() && !args.no_api {
+        return Err(usage(format!(
+            "--listen {address} is not a loopback address: set a token (--token or BOXCAR_TOKEN) so the API is not open to the network"
+        )));
+    }
+
+    let store = open_store(&context.db).await?;
+    if !args.no_migrate {
+        store.migrate().await?;
+    }
+    let queue = Queue::new(store, config.queue.clone())?;
+    let metrics = Arc::new(Metrics::default());
+    queue.observe(metrics.clone());
+
+    let registry = Registry::new();
+    registry.declare_elsewhere(config.handled_elsewhere.iter().cloned());
+    registry.set_pools(config.pools.clone())?;
+    let stop = CancellationToken::new();
+
+    let deployer = match &handlers_dir {
+        None => None,
+        Some(dir) => {
+            if !dir.is_dir() {
+                return Err(usage(format!(
+                    "--handlers {}: not a directory; create it (mkdir -p) and drop NAME.wasm + NAME.toml pairs into it",
+                    dir.display()
+                )));
+            }
+            let sandbox = Arc::new(Sandbox::new(sandbox_glue::sandbox_config(&config.sandbox))?);
+            let deployer = Deployer::new(dir.clone(), sandbox, registry.clone(), queue.clone());
+            deployer.reconcile().await;
+            tokio::spawn(deployer.clone().watch(stop.clone()));
+            Some(deployer)
+        }
+    };
+    tokio::spawn(refresh_known_types(queue.clone(), registry.clone(), stop.clone()));
+
+    let worker = Worker::start(queue.clone(), registry.clone(), config.worker.clone())?;
+    tracing::info!(
+        worker_id = worker.worker_id(),
+        db = %super::admin::redact(&context.db),
+        handlers = ?handlers_dir,
+        "boxcar host started"
+    );
+
+    let api_task = if args.no_api {
+        None
+    } else {
+        let state = AppState {
+            queue: queue.clone(),
+            registry: registry.clone(),
+            deployer: deployer.clone(),
+            metrics,
+            token,
+        };
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}; is another boxcar running there? use --listen"))?;
+        tracing::info!(%address, "HTTP API listening");
+        let stop_api = stop.clone();
+        Some(tokio::spawn(async move {
+            axum::serve(listener, api::router(state))
+                .with_graceful_shutdown(async move { stop_api.cancelled().await })
+                .await
+        }))
+    };
+
+    shutdown_signal().await;
+    tracing::info!("shutting down: no new claims; in-flight jobs get the shutdown grace");
+    stop.cancel();
+    worker.shutdown().await;
+    if let Some(task) = api_task {
+        let _ = task.await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn refresh_known_types(queue: Queue, registry: Arc<Registry>, stop: CancellationToken) {
+    loop {
+        match deployed_types(&queue).await {
+            Ok(types) => registry.declare_elsewhere(types),
+            Err(error) => tracing::debug!(%error, "could not refresh the known job types"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(KNOWN_TYPES_REFRESH) => {}
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

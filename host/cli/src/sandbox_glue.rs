@@ -1,0 +1,51 @@
+//! Translation from operator configuration (manifest, `boxcar.toml`) into
+//! the sandbox's own settings types. Pure functions; no I/O.
+
+use boxcar_sandbox::{Capabilities, HandlerLimits, SandboxConfig};
+
+use crate::{config::SandboxSettings, manifest::Manifest};
+
+/// The sandbox limits a manifest asks for.
+pub fn limits(manifest: &Manifest) -> HandlerLimits {
+    let to_usize = |bytes: u64| usize::try_from(bytes).unwrap_or(usize::MAX);
+    let defaults = HandlerLimits::default();
+    HandlerLimits {
+        memory: manifest.limits.memory,
+        fuel: manifest.limits.fuel,
+        max_result: to_usize(manifest.limits.max_result),
+        max_progress: to_usize(manifest.limits.max_progress),
+        max_log: to_usize(manifest.limits.max_log),
+        max_log_line: defaults.max_log_line.min(to_usize(manifest.limits.max_log).max(1)),
+        max_enqueues: manifest.limits.max_enqueues,
+        ..defaults
+    }
+}
+
+/// The capabilities a manifest grants.
+pub fn capabilities(manifest: &Manifest) -> Capabilities {
+    Capabilities {
+        may_enqueue: manifest.capabilities.may_enqueue.clone(),
+    }
+}
+
+/// The engine-wide sandbox configuration.
+pub fn sandbox_config(settings: &SandboxSettings) -> SandboxConfig {
+    SandboxConfig {
+        epoch_tick: settings.epoch_tick,
+        pooling: settings.pooling,
+        cache_dir: Some(settings.cache_dir.clone().unwrap_or_else(default_cache_dir)),
+        fuel: settings.fuel,
+        ..SandboxConfig::default()
+    }
+}
+
+/// `$XDG_CACHE_HOME/boxcar` or `~/.cache/boxcar`, else a temp dir.
+pub fn default_cache_dir() -> std::path::PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return std::path::PathBuf::from(dir).join("boxcar");
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return std::path::PathBuf::from(home).join(".cache").join("boxcar");
+    }
+    std::env::temp_dir().join("boxcar-cache")
+}

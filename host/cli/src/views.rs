@@ -1,0 +1,97 @@
+//! The JSON shapes users see, shared by the CLI's `--json` output and the
+//! HTTP API so both always agree.
+//!
+//! Times are RFC 3339 with milliseconds in UTC. `result` and `progress` are
+//! embedded as JSON values, not strings. The payload is deliberately absent:
+//! it may hold secrets (SPEC §14).
+
+use boxcar_queue::{HandlerEvent, Job, Scope};
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::Serialize;
+use serde_json::Value;
+
+/// A job as shown to users.
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    pub id: String,
+    pub job_type: String,
+    pub status: String,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub last_error: Option<String>,
+    pub result: Option<Value>,
+    pub progress: Option<Value>,
+    pub scope: Option<Scope>,
+    pub priority: i32,
+    pub dedupe_key: Option<String>,
+    pub parent_id: Option<String>,
+    pub schedule_id: Option<String>,
+    pub handler_version: Option<String>,
+    pub run_at: String,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub expires_at: Option<String>,
+    pub created_at: String,
+    pub updated_at: String,
+}
+
+/// Formats an instant as RFC 3339 with milliseconds.
+pub fn time(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+/// Parses stored JSON text; text that is somehow not JSON is shown as a string.
+pub fn json_text(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_string()))
+}
+
+impl From<&Job> for JobView {
+    fn from(job: &Job) -> Self {
+        Self {
+            id: job.id.clone(),
+            job_type: job.job_type.clone(),
+            status: job.status.as_str().to_string(),
+            attempts: job.attempts,
+            max_attempts: job.max_attempts,
+            last_error: job.last_error.clone(),
+            result: job.result.as_deref().map(json_text),
+            progress: job.progress.as_deref().map(json_text),
+            scope: job.scope.clone(),
+            priority: job.priority,
+            dedupe_key: job.dedupe_key.clone(),
+            parent_id: job.parent_id.clone(),
+            schedule_id: job.schedule_id.clone(),
+            handler_version: job.handler_version.clone(),
+            run_at: time(job.run_at),
+            started_at: job.started_at.map(time),
+            finished_at: job.finished_at.map(time),
+            expires_at: job.expires_at.map(time),
+            created_at: time(job.created_at),
+            updated_at: time(job.updated_at),
+        }
+    }
+}
+
+/// A handler deploy event as shown to users.
+#[derive(Debug, Serialize)]
+pub struct HandlerEventView {
+    pub at: String,
+    pub kind: String,
+    pub job_type: Option<String>,
+    pub file: Option<String>,
+    pub digest: Option<String>,
+    pub reason: Option<String>,
+}
+
+impl From<&HandlerEvent> for HandlerEventView {
+    fn from(event: &HandlerEvent) -> Self {
+        Self {
+            at: time(event.at),
+            kind: event.kind.as_str().to_string(),
+            job_type: event.job_type.clone(),
+            file: event.file.clone(),
+            digest: event.digest.clone(),
+            reason: event.reason.clone(),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! `cargo bench -p boxcar-queue`: the drain and latency workloads with a
+//! native no-op handler on SQLite (temp file) and, when DATABASE_URL is set,
+//! on Postgres (a fresh schema, dropped afterwards). Prints one JSON line
+//! per run. `BOXCAR_BENCH_STORES=sqlite,postgres` selects stores.
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use boxcar_queue::bench::{drain, latency, BenchConfig, NoopHandler};
+use boxcar_queue::store::postgres::PostgresStore;
+use boxcar_queue::store::sqlite::SqliteStore;
+use boxcar_queue::JobStore;
+
+async fn run(store: Arc<dyn JobStore>, cfg: &BenchConfig) {
+    let h: Arc<dyn boxcar_queue::Handler> = Arc::new(NoopHandler);
+    match drain(store.clone(), h.clone(), cfg).await {
+        Ok(r) => println!("{}", r.to_json_line()),
+        Err(e) => eprintln!("drain on {} failed: {e}", store.backend()),
+    }
+    match latency(store.clone(), h, cfg).await {
+        Ok(r) => println!("{}", r.to_json_line()),
+        Err(e) => eprintln!("latency on {} failed: {e}", store.backend()),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let cfg = BenchConfig::default();
+    let stores = std::env::var("BOXCAR_BENCH_STORES").unwrap_or_else(|_| "sqlite,postgres".into());
+    if stores.contains("sqlite") {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bench.db");
+        let store = SqliteStore::open(&path.display().to_string()).await.unwrap();
+        store.migrate().await.unwrap();
+        run(Arc::new(store), &cfg).await;
+    }
+    if stores.contains("postgres") {
+        match std::env::var("DATABASE_URL") {
+            Ok(url) => {
+                let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
+                let store = Arc::new(PostgresStore::connect(&url, &schema).await.unwrap());
+                store.migrate().await.unwrap();
+                run(store.clone(), &cfg).await;
+                store.drop_schema().await.unwrap();
+            }
+            Err(_) => eprintln!("skipping Postgres benchmark: DATABASE_URL is not set"),
+        }
+    }
+}

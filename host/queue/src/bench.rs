@@ -1,0 +1,299 @@
+//! The queue benchmarks, callable with any [`Handler`] (a native no-op in
+//! `cargo bench`, the WASM no-op in `boxcar bench`). Each run prints one
+//! JSON line with the keys `system, store, workload, n, c,
+//! enqueue_batch_per_s, enqueue_single_per_s, work_per_s, p50_ms, p95_ms,
+//! p99_ms` (a figure a workload does not measure is `null`).
+//!
+//! - **drain**: enqueue `drain_jobs` in batches of `batch_size` and
+//!   `single_jobs` one by one, then one worker at concurrency `drain_concurrency`
+//!   drains all of them.
+//! - **latency**: with an idle worker at concurrency `latency_concurrency`,
+//!   enqueue `latency_jobs` one at a time `latency_gap` apart; report pickup
+//!   latency (handler start − enqueue call).
+//!
+//! Each run uses a fresh job type, so earlier rows in the store do not
+//! interfere.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use parking_lot::Mutex;
+use serde::Serialize;
+
+use crate::handler::{Handler, JobContext, JobRun, Outcome};
+use crate::job::{JobFilter, JobStatus, NewJob};
+use crate::options::{QueueOptions, WorkerOptions};
+use crate::queue::{Queue, QueueError};
+use crate::registry::{HandlerSettings, Registry, RegistryError};
+use crate::store::{JobStore, StoreError};
+
+/// Workload sizes (defaults: the figures).
+#[derive(Clone, Debug)]
+pub struct BenchConfig {
+    /// `system` field of the output.
+    pub system: String,
+    /// Jobs enqueued in batches for the drain.
+    pub drain_jobs: usize,
+    /// Jobs enqueued one by one (single-enqueue rate) and also drained.
+    pub single_jobs: usize,
+    /// Batch size of the batched enqueue.
+    pub batch_size: usize,
+    /// Worker concurrency of the drain.
+    pub drain_concurrency: u32,
+    /// Jobs of the latency workload.
+    pub latency_jobs: usize,
+    /// Worker concurrency of the latency workload.
+    pub latency_concurrency: u32,
+    /// Gap between latency enqueues.
+    pub latency_gap: Duration,
+    /// Give up after this long.
+    pub timeout: Duration,
+}
+
+impl Default for BenchConfig {
+    fn default() -> Self {
+        Self {
+            system: "boxcar".into(),
+            drain_jobs: 20_000,
+            single_jobs: 2_000,
+            batch_size: 1_000,
+            drain_concurrency: 16,
+            latency_jobs: 500,
+            latency_concurrency: 4,
+            latency_gap: Duration::from_millis(5),
+            timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+/// One output line.
+#[derive(Clone, Debug, Serialize)]
+pub struct BenchResult {
+    /// E.g. `boxcar`.
+    pub system: String,
+    /// `sqlite`, `postgres`, `memory`.
+    pub store: String,
+    /// `drain` or `latency`.
+    pub workload: String,
+    /// Jobs processed.
+    pub n: usize,
+    /// Worker concurrency.
+    pub c: u32,
+    /// Batched enqueue rate.
+    pub enqueue_batch_per_s: Option<f64>,
+    /// One-by-one enqueue rate.
+    pub enqueue_single_per_s: Option<f64>,
+    /// Jobs completed per second.
+    pub work_per_s: Option<f64>,
+    /// Pickup latency percentiles.
+    pub p50_ms: Option<f64>,
+    /// 95th percentile.
+    pub p95_ms: Option<f64>,
+    /// 99th percentile.
+    pub p99_ms: Option<f64>,
+}
+
+impl BenchResult {
+    /// The JSON line.
+    pub fn to_json_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// A benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Enqueueing failed.
+    #[error(transparent)]
+    Queue(#[from] QueueError),
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The handler could not be registered.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    /// The worker options were refused.
+    #[error(transparent)]
+    Options(#[from] crate::options::OptionsError),
+    /// Jobs did not finish in time.
+    #[error("benchmark timed out: {done} of {n} jobs finished")]
+    Timeout {
+        /// Finished jobs.
+        done: u64,
+        /// Expected jobs.
+        n: usize,
+    },
+}
+
+/// A handler that does nothing and succeeds.
+pub struct NoopHandler;
+
+impl Handler for NoopHandler {
+    fn handle(&self, _job: JobRun, _ctx: JobContext) -> BoxFuture<'static, Outcome> {
+        futures::future::ready(Outcome::Succeeded { result: None }).boxed()
+    }
+}
+
+/// Wraps a handler and records when each job started.
+struct Timed {
+    inner: Arc<dyn Handler>,
+    starts: Arc<Mutex<HashMap<String, Instant>>>,
+}
+
+impl Handler for Timed {
+    fn handle(&self, job: JobRun, ctx: JobContext) -> BoxFuture<'static, Outcome> {
+        self.starts.lock().insert(job.id.clone(), Instant::now());
+        self.inner.handle(job, ctx)
+    }
+    fn version(&self) -> String {
+        self.inner.version()
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted.get(idx).map(|v| (v * 1000.0).round() / 1000.0)
+}
+
+fn settings(concurrency: u32) -> HandlerSettings {
+    HandlerSettings {
+        concurrency,
+        timeout: Duration::from_secs(60),
+        ..HandlerSettings::default()
+    }
+}
+
+fn worker_opts() -> WorkerOptions {
+    WorkerOptions {
+        shutdown_grace: Duration::from_secs(5),
+        ..WorkerOptions::default()
+    }
+}
+
+async fn wait_done(store: &Arc<dyn JobStore>, job_type: &str, n: usize, timeout: Duration) -> Result<(), BenchError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let f = JobFilter {
+            types: vec![job_type.to_string()],
+            statuses: vec![JobStatus::Pending, JobStatus::Running],
+            limit: Some(1),
+            ..JobFilter::default()
+        };
+        if store.find(&f).await?.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let done = store.count_by_status().await?.succeeded;
+            return Err(BenchError::Timeout { done, n });
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn fresh_type(prefix: &str) -> String {
+    format!("bench.{prefix}.{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The drain workload.
+///
+/// # Errors
+/// A store, enqueue or registration failure, or a timeout.
+pub async fn drain(store: Arc<dyn JobStore>, handler: Arc<dyn Handler>, cfg: &BenchConfig) -> Result<BenchResult, BenchError> {
+    let job_type = fresh_type("drain");
+    let queue = Queue::new(store.clone(), QueueOptions::default())?;
+    let payload = serde_json::json!({"bench": true});
+    let t0 = Instant::now();
+    let mut left = cfg.drain_jobs;
+    while left > 0 {
+        let k = left.min(cfg.batch_size.max(1));
+        let batch = (0..k).map(|_| NewJob::new(&job_type, &payload)).collect();
+        queue.add_many(batch).await?;
+        left -= k;
+    }
+    let batch_rate = cfg.drain_jobs as f64 / t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    for _ in 0..cfg.single_jobs {
+        queue.add(NewJob::new(&job_type, &payload)).await?;
+    }
+    let single_rate = cfg.single_jobs as f64 / t1.elapsed().as_secs_f64();
+    let n = cfg.drain_jobs + cfg.single_jobs;
+    let registry = Registry::new();
+    registry.register(&job_type, handler, settings(cfg.drain_concurrency))?;
+    let t2 = Instant::now();
+    let worker = crate::engine::Worker::start(queue, registry, worker_opts())?;
+    let res = wait_done(&store, &job_type, n, cfg.timeout).await;
+    let elapsed = t2.elapsed().as_secs_f64();
+    worker.shutdown().await;
+    res?;
+    Ok(BenchResult {
+        system: cfg.system.clone(),
+        store: store.backend().to_string(),
+        workload: "drain".into(),
+        n,
+        c: cfg.drain_concurrency,
+        enqueue_batch_per_s: Some(batch_rate.round()),
+        enqueue_single_per_s: Some(single_rate.round()),
+        work_per_s: Some((n as f64 / elapsed).round()),
+        p50_ms: None,
+        p95_ms: None,
+        p99_ms: None,
+    })
+}
+
+/// The latency workload.
+///
+/// # Errors
+/// A store, enqueue or registration failure, or a timeout.
+pub async fn latency(store: Arc<dyn JobStore>, handler: Arc<dyn Handler>, cfg: &BenchConfig) -> Result<BenchResult, BenchError> {
+    let job_type = fresh_type("latency");
+    let queue = Queue::new(store.clone(), QueueOptions::default())?;
+    let starts = Arc::new(Mutex::new(HashMap::new()));
+    let timed = Arc::new(Timed {
+        inner: handler,
+        starts: starts.clone(),
+    });
+    let registry = Registry::new();
+    registry.register(&job_type, timed, settings(cfg.latency_concurrency))?;
+    let worker = crate::engine::Worker::start(queue.clone(), registry, worker_opts())?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let payload = serde_json::json!({"bench": true});
+    let mut enqueued = Vec::with_capacity(cfg.latency_jobs);
+    let t0 = Instant::now();
+    let mut single = Duration::ZERO;
+    for _ in 0..cfg.latency_jobs {
+        let at = Instant::now();
+        let id = queue.add(NewJob::new(&job_type, &payload)).await?.id;
+        single += at.elapsed();
+        enqueued.push((id, at));
+        tokio::time::sleep(cfg.latency_gap).await;
+    }
+    let res = wait_done(&store, &job_type, cfg.latency_jobs, cfg.timeout).await;
+    let elapsed = t0.elapsed().as_secs_f64();
+    worker.shutdown().await;
+    res?;
+    let starts = starts.lock();
+    let mut lat: Vec<f64> = enqueued
+        .iter()
+        .filter_map(|(id, at)| starts.get(id).map(|s| s.duration_since(*at).as_secs_f64() * 1000.0))
+        .collect();
+    lat.sort_by(f64::total_cmp);
+    Ok(BenchResult {
+        system: cfg.system.clone(),
+        store: store.backend().to_string(),
+        workload: "latency".into(),
+        n: cfg.latency_jobs,
+        c: cfg.latency_concurrency,
+        enqueue_batch_per_s: None,
+        enqueue_single_per_s: Some((cfg.latency_jobs as f64 / single.as_secs_f64()).round()),
+        work_per_s: Some((cfg.latency_jobs as f64 / elapsed).round()),
+        p50_ms: percentile(&lat, 0.50),
+        p95_ms: percentile(&lat, 0.95),
+        p99_ms: percentile(&lat, 0.99),
+    })
+}

@@ -1,0 +1,103 @@
+//! The outcome writer: successful runs are written to the store in batches
+//! (one `complete` round trip for everything that finished meanwhile), which
+//! is what lets a drain exceed one commit per job.
+//!
+//! Invariant: a `succeeded` event is emitted only for jobs whose fenced
+//! write landed; on shutdown everything queued is flushed before exit.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::Engine;
+use crate::handler::Scope;
+use crate::observer::{LifecycleEvent, LifecycleOutcome};
+use crate::store::{CompleteParams, Completed};
+
+/// Queue depth of finished runs awaiting their write.
+pub(crate) const CAPACITY: usize = 8192;
+const MAX_BATCH: usize = 1000;
+
+pub(crate) struct Done {
+    pub id: String,
+    pub result: Option<String>,
+    pub job_type: String,
+    pub scope: Option<Scope>,
+    pub attempts: u32,
+    pub duration: Duration,
+}
+
+async fn write(engine: &Engine, batch: Vec<Done>) {
+    let params = CompleteParams {
+        worker_id: engine.opts.worker_id.clone(),
+        jobs: batch
+            .iter()
+            .map(|d| Completed {
+                id: d.id.clone(),
+                result: d.result.clone(),
+            })
+            .collect(),
+    };
+    let mut tries = 0u32;
+    let applied = loop {
+        match engine.store.complete(params.clone()).await {
+            Ok(ids) => break ids,
+            Err(e) if tries < 5 => {
+                tries += 1;
+                tracing::warn!(error = %e, tries, "completion write failed; retrying");
+                tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, count = batch.len(), "completion write failed; the jobs will be recovered after their leases expire and run again");
+                return;
+            }
+        }
+    };
+    let applied: std::collections::HashSet<String> = applied.into_iter().collect();
+    for d in batch {
+        if applied.contains(&d.id) {
+            engine.queue.emit(LifecycleEvent {
+                job_id: d.id,
+                job_type: d.job_type,
+                scope: d.scope,
+                outcome: LifecycleOutcome::Succeeded,
+                attempts: d.attempts,
+                error: None,
+                duration: Some(d.duration),
+            });
+        } else {
+            tracing::warn!(job_id = %d.id, "completion rejected: the lease was lost or the job was cancelled meanwhile");
+        }
+    }
+}
+
+pub(crate) async fn run(engine: Arc<Engine>, mut rx: mpsc::Receiver<Done>, stop: CancellationToken) {
+    loop {
+        let first = tokio::select! {
+            d = rx.recv() => d,
+            () = stop.cancelled() => None,
+        };
+        let Some(first) = first else {
+            break;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(d) => batch.push(d),
+                Err(_) => break,
+            }
+        }
+        write(&engine, batch).await;
+    }
+    rx.close();
+    let mut rest = Vec::new();
+    while let Ok(d) = rx.try_recv() {
+        rest.push(d);
+    }
+    while !rest.is_empty() {
+        let chunk: Vec<Done> = rest.drain(..rest.len().min(MAX_BATCH)).collect();
+        write(&engine, chunk).await;
+    }
+}

@@ -1,0 +1,186 @@
+//! The engine: one dispatcher per process claims jobs for the registered
+//! types, runs each under its deadline with lease renewal, and writes the
+//! outcome through the port; maintenance services reconcile, rescue and
+//! prune.
+//!
+//! Invariants:
+//! - Per-type concurrency counts handler runs of this process; a slot is
+//!   freed only after the run's outcome has been handed to the store writer.
+//! - Every write after a claim is fenced on this worker's lease; an aborted
+//!   run never writes over a cancel (the cancel already made the row
+//!   terminal, and the fence rejects the write).
+//! - Shutdown stops claiming, waits `shutdown_grace`, aborts the rest and
+//!   releases their leases (attempt given back).
+
+mod backoff;
+mod completer;
+mod dispatch;
+mod maintenance;
+mod run;
+mod services;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, Notify};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use backoff::retry_delay;
+pub use maintenance::Maintenance;
+
+use crate::inflight::AbortReason;
+use crate::options::{OptionsError, WorkerOptions};
+use crate::queue::Queue;
+use crate::registry::Registry;
+use crate::store::{JobStore, ReleaseParams};
+
+pub(crate) struct Engine {
+    queue: Queue,
+    store: Arc<dyn JobStore>,
+    registry: Arc<Registry>,
+    opts: WorkerOptions,
+    running: Mutex<HashMap<String, u32>>,
+    slot_freed: Notify,
+    stop_claiming: CancellationToken,
+    runs: TaskTracker,
+    completions: mpsc::Sender<completer::Done>,
+}
+
+impl Engine {
+    fn running_of(&self, job_type: &str) -> u32 {
+        self.running.lock().get(job_type).copied().unwrap_or(0)
+    }
+
+    fn take_slots(&self, job_type: &str, n: u32) {
+        *self.running.lock().entry(job_type.to_string()).or_insert(0) += n;
+    }
+
+    fn free_slot(&self, job_type: &str) {
+        if let Some(n) = self.running.lock().get_mut(job_type) {
+            *n = n.saturating_sub(1);
+        }
+        self.slot_freed.notify_one();
+    }
+}
+
+/// Starts engines.
+pub struct Worker;
+
+impl Worker {
+    /// Validates `opts`, attaches `registry` to `queue` (known-type checks)
+    /// and starts the dispatcher, the outcome writer and the maintenance
+    /// services. Needs a tokio runtime.
+    ///
+    /// # Errors
+    /// An option is invalid (named in the error).
+    pub fn start(
+        queue: Queue,
+        registry: Arc<Registry>,
+        opts: WorkerOptions,
+    ) -> Result<WorkerHandle, OptionsError> {
+        opts.validate()?;
+        queue.attach_registry(registry.clone());
+        for w in registry.warnings() {
+            tracing::warn!("{w}");
+        }
+        let (tx, rx) = mpsc::channel(completer::CAPACITY);
+        let engine = Arc::new(Engine {
+            store: queue.store().clone(),
+            queue,
+            registry,
+            opts,
+            running: Mutex::new(HashMap::new()),
+            slot_freed: Notify::new(),
+            stop_claiming: CancellationToken::new(),
+            runs: TaskTracker::new(),
+            completions: tx,
+        });
+        let stop_writer = CancellationToken::new();
+        let stop_maintenance = CancellationToken::new();
+        let writer = tokio::spawn(completer::run(engine.clone(), rx, stop_writer.clone()));
+        let dispatcher = tokio::spawn(dispatch::run(engine.clone()));
+        let maintenance = Maintenance {
+            engine: engine.clone(),
+        };
+        let maint = tokio::spawn(maintenance.clone().run(stop_maintenance.clone()));
+        Ok(WorkerHandle {
+            engine,
+            maintenance,
+            dispatcher,
+            writer,
+            maint,
+            stop_writer,
+            stop_maintenance,
+        })
+    }
+}
+
+/// A running engine. Call [`WorkerHandle::shutdown`] to stop it gracefully.
+pub struct WorkerHandle {
+    engine: Arc<Engine>,
+    maintenance: Maintenance,
+    dispatcher: JoinHandle<()>,
+    writer: JoinHandle<()>,
+    maint: JoinHandle<()>,
+    stop_writer: CancellationToken,
+    stop_maintenance: CancellationToken,
+}
+
+impl WorkerHandle {
+    /// This worker's lease owner id.
+    pub fn worker_id(&self) -> &str {
+        &self.engine.opts.worker_id
+    }
+
+    /// Wakes the dispatcher (an in-process enqueue does this already).
+    pub fn wake(&self) {
+        self.engine.queue.wake();
+    }
+
+    /// Number of runs in flight in this process.
+    pub fn in_flight(&self) -> usize {
+        self.engine.queue.inflight().len()
+    }
+
+    /// The maintenance services, for tests and admin tools (`run_once`).
+    pub fn maintenance(&self) -> &Maintenance {
+        &self.maintenance
+    }
+
+    /// Stops claiming, lets in-flight runs finish for `shutdown_grace`,
+    /// aborts the rest and releases their leases, then flushes outcomes.
+    pub async fn shutdown(self) {
+        let e = &self.engine;
+        e.stop_claiming.cancel();
+        let _ = self.dispatcher.await;
+        e.runs.close();
+        if tokio::time::timeout(e.opts.shutdown_grace, e.runs.wait())
+            .await
+            .is_err()
+        {
+            e.queue.inflight().abort_all(AbortReason::Shutdown);
+            let _ = tokio::time::timeout(e.opts.abandon_grace, e.runs.wait()).await;
+            let stuck = e.queue.inflight().ids();
+            if !stuck.is_empty() {
+                tracing::warn!(count = stuck.len(), "runs did not stop within abandon_grace; releasing their leases");
+                if let Err(err) = e
+                    .store
+                    .release(ReleaseParams {
+                        worker_id: e.opts.worker_id.clone(),
+                        ids: stuck,
+                    })
+                    .await
+                {
+                    tracing::error!(error = %err, "releasing leases at shutdown failed; they will be rescued after expiry");
+                }
+            }
+        }
+        self.stop_writer.cancel();
+        let _ = self.writer.await;
+        self.stop_maintenance.cancel();
+        let _ = self.maint.await;
+    }
+}

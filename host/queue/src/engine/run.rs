@@ -1,0 +1,237 @@
+//! One run of one claimed job: deadline, lease renewal, abort handling, and
+//! the mapping from [`Outcome`] to exactly one fenced store transition.
+//!
+//! Invariants:
+//! - The handler future is awaited at most `abandon_grace` after an abort
+//!   or the deadline; then the slot is freed whatever the handler does.
+//! - Renewal is fenced in the store; a renewal that is refused, or that
+//!   keeps failing until the lease would have expired, aborts the run.
+//! - A run aborted because of a cancel or a lost lease writes nothing; one
+//!   aborted by shutdown releases its lease (attempt given back).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+
+use super::completer::Done;
+use super::services::RunServices;
+use super::{backoff::retry_delay, Engine};
+use crate::handler::{JobContext, JobRun, Outcome};
+use crate::inflight::{AbortReason, RunHandle};
+use crate::job::{Job, JobStatus};
+use crate::observer::{LifecycleEvent, LifecycleOutcome};
+use crate::registry::HandlerEntry;
+use crate::store::{FailParams, ReleaseParams, RenewParams, RetryParams};
+
+/// Renews the lease once; `Ok(false)` when the store refused (lease lost).
+async fn renew(engine: &Engine, id: &str, lease: Duration) -> Result<bool, ()> {
+    let params = RenewParams {
+        worker_id: engine.opts.worker_id.clone(),
+        ids: vec![id.to_string()],
+        lease,
+    };
+    match engine.store.renew_leases(params).await {
+        Ok(ids) => Ok(!ids.is_empty()),
+        Err(e) => {
+            tracing::warn!(job_id = %id, error = %e, "lease renewal failed; will retry");
+            Err(())
+        }
+    }
+}
+
+/// Waits for the handler, the deadline, an abort, or a renewal failure.
+async fn supervise(
+    engine: &Engine,
+    entry: &HandlerEntry,
+    job: &Job,
+    handle: &RunHandle,
+    mut fut: futures::future::BoxFuture<'static, Outcome>,
+    deadline: tokio::time::Instant,
+) -> Outcome {
+    let renewal = entry.settings.lease_duration.map(|lease| {
+        let every = entry.settings.lease_renew_interval.unwrap_or(lease / 3);
+        (lease, every.max(Duration::from_millis(10)))
+    });
+    let mut lease_valid_until = Instant::now() + renewal.map_or(Duration::MAX / 4, |(l, _)| l);
+    let mut next_renewal = renewal.map(|(_, every)| tokio::time::Instant::now() + every);
+    let mut timed_out = false;
+    loop {
+        let renew_at = next_renewal.unwrap_or(deadline + Duration::from_secs(3600));
+        tokio::select! {
+            out = &mut fut => return out,
+            () = tokio::time::sleep_until(deadline) => {
+                timed_out = true;
+                handle.token.cancel();
+                break;
+            }
+            () = handle.token.cancelled() => break,
+            () = tokio::time::sleep_until(renew_at), if next_renewal.is_some() => {
+                let Some((lease, every)) = renewal else { continue };
+                match renew(engine, &job.id, lease).await {
+                    Ok(true) => {
+                        lease_valid_until = Instant::now() + lease;
+                        next_renewal = Some(tokio::time::Instant::now() + every);
+                    }
+                    Ok(false) => {
+                        handle.abort(AbortReason::LeaseLost);
+                    }
+                    Err(()) if Instant::now() >= lease_valid_until => {
+                        handle.abort(AbortReason::LeaseLost);
+                    }
+                    Err(()) => {
+                        next_renewal = Some(tokio::time::Instant::now() + (every / 4).max(Duration::from_millis(10)));
+                    }
+                }
+            }
+        }
+    }
+    let late = tokio::time::timeout(engine.opts.abandon_grace, &mut fut).await;
+    if late.is_err() {
+        tracing::warn!(job_id = %job.id, "handler did not stop within abandon_grace; freeing its slot");
+    }
+    if timed_out {
+        Outcome::TimedOut
+    } else {
+        Outcome::Cancelled
+    }
+}
+
+pub(crate) async fn run_job(engine: Arc<Engine>, entry: Arc<HandlerEntry>, job: Job, handle: RunHandle) {
+    let started = Instant::now();
+    let event = |outcome, error: Option<String>, duration| LifecycleEvent {
+        job_id: job.id.clone(),
+        job_type: job.job_type.clone(),
+        scope: job.scope.clone(),
+        outcome,
+        attempts: job.attempts,
+        error,
+        duration,
+    };
+    engine.queue.emit(event(LifecycleOutcome::Started, None, None));
+    let timeout = entry.settings.timeout;
+    let run = JobRun {
+        id: job.id.clone(),
+        job_type: job.job_type.clone(),
+        payload: job.payload.clone(),
+        attempt: job.attempts,
+        max_attempts: job.max_attempts,
+        scope: job.scope.clone(),
+        schedule_id: job.schedule_id.clone(),
+        parent_id: job.parent_id.clone(),
+        deadline: Utc::now() + crate::store::chrono_dur(timeout),
+    };
+    let ctx = JobContext {
+        cancel: handle.token.clone(),
+        services: Arc::new(RunServices {
+            queue: engine.queue.clone(),
+            worker_id: engine.opts.worker_id.clone(),
+            job_id: job.id.clone(),
+            may_enqueue: entry.settings.may_enqueue.clone(),
+        }),
+    };
+    let fut = entry.handler.handle(run, ctx);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let outcome = supervise(&engine, &entry, &job, &handle, fut, deadline).await;
+    engine.queue.inflight().remove(&job.id);
+    let duration = started.elapsed();
+    let worker_id = engine.opts.worker_id.clone();
+
+    match (handle.reason(), outcome) {
+        (Some(AbortReason::Cancelled), _) => {
+            engine.queue.emit(event(LifecycleOutcome::Cancelled, Some("cancelled".into()), Some(duration)));
+        }
+        (Some(AbortReason::LeaseLost), _) => {
+            let row = engine.store.get(&job.id).await.ok().flatten();
+            let outcome = if row.is_some_and(|r| r.status == JobStatus::Cancelled) {
+                LifecycleOutcome::Cancelled
+            } else {
+                LifecycleOutcome::LeaseLost
+            };
+            engine.queue.emit(event(outcome, None, Some(duration)));
+        }
+        (Some(AbortReason::Shutdown), _) => {
+            let params = ReleaseParams {
+                worker_id,
+                ids: vec![job.id.clone()],
+            };
+            if let Err(e) = engine.store.release(params).await {
+                tracing::warn!(job_id = %job.id, error = %e, "release at shutdown failed; the job is recovered after its lease");
+            }
+        }
+        (None, Outcome::Succeeded { result }) => {
+            let done = Done {
+                id: job.id.clone(),
+                result,
+                job_type: job.job_type.clone(),
+                scope: job.scope.clone(),
+                attempts: job.attempts,
+                duration,
+            };
+            if engine.completions.send(done).await.is_err() {
+                tracing::error!(job_id = %job.id, "outcome writer stopped; the job is recovered after its lease");
+            }
+        }
+        (None, Outcome::Terminal { message, .. }) => {
+            fail(&engine, &job, message, duration).await;
+        }
+        (None, other) => {
+            let (retry_after, consumes) = match &other {
+                Outcome::Retryable {
+                    retry_after,
+                    consumes_attempt,
+                    ..
+                } => (*retry_after, *consumes_attempt),
+                _ => (None, true),
+            };
+            let message = other
+                .error_message()
+                .unwrap_or_else(|| "unknown failure".into());
+            if consumes && job.attempts >= job.max_attempts {
+                fail(&engine, &job, message, duration).await;
+            } else {
+                let attempts_for_backoff = if consumes { job.attempts } else { job.attempts.max(1) };
+                let delay = retry_delay(
+                    attempts_for_backoff,
+                    engine.opts.base_backoff,
+                    engine.opts.max_backoff,
+                    retry_after,
+                );
+                let params = RetryParams {
+                    worker_id,
+                    id: job.id.clone(),
+                    delay,
+                    error: message.clone(),
+                    consumes_attempt: consumes,
+                };
+                match engine.store.retry(params).await {
+                    Ok(true) => engine.queue.emit(event(LifecycleOutcome::RetryScheduled, Some(message), Some(duration))),
+                    Ok(false) => tracing::warn!(job_id = %job.id, "retry rejected: the lease was lost or the job was cancelled"),
+                    Err(e) => tracing::error!(job_id = %job.id, error = %e, "retry write failed; the job is recovered after its lease"),
+                }
+            }
+        }
+    }
+    engine.free_slot(&job.job_type);
+}
+
+async fn fail(engine: &Engine, job: &Job, message: String, duration: Duration) {
+    let params = FailParams {
+        worker_id: engine.opts.worker_id.clone(),
+        id: job.id.clone(),
+        error: message.clone(),
+    };
+    match engine.store.fail(params).await {
+        Ok(true) => engine.queue.emit(LifecycleEvent {
+            job_id: job.id.clone(),
+            job_type: job.job_type.clone(),
+            scope: job.scope.clone(),
+            outcome: LifecycleOutcome::FailedTerminal,
+            attempts: job.attempts,
+            error: Some(message),
+            duration: Some(duration),
+        }),
+        Ok(false) => tracing::warn!(job_id = %job.id, "failure write rejected: the lease was lost or the job was cancelled"),
+        Err(e) => tracing::error!(job_id = %job.id, error = %e, "failure write failed; the job is recovered after its lease"),
+    }
+}

@@ -1,0 +1,149 @@
+//! Lifecycle observers (SPEC §9): every transition emits a
+//! [`LifecycleEvent`] to in-process observers and as a tracing event.
+//!
+//! Invariant: observers can neither stall nor break the queue. Events go
+//! through a bounded channel to one delivery task; when it is full the event
+//! is dropped (and counted), and a panicking observer is caught and logged.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::handler::Scope;
+
+/// What happened to a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LifecycleOutcome {
+    /// Claimed and started.
+    Started,
+    /// Finished successfully.
+    Succeeded,
+    /// Failed; another attempt is scheduled.
+    RetryScheduled,
+    /// Failed for good.
+    FailedTerminal,
+    /// Cancelled.
+    Cancelled,
+    /// Not started before `expires_at`.
+    Expired,
+    /// This worker lost the lease of a running job.
+    LeaseLost,
+    /// Recovered from an expired lease (its worker stalled or died).
+    Stalled,
+}
+
+impl LifecycleOutcome {
+    /// The kebab-case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Started => "started",
+            Self::Succeeded => "succeeded",
+            Self::RetryScheduled => "retry-scheduled",
+            Self::FailedTerminal => "failed-terminal",
+            Self::Cancelled => "cancelled",
+            Self::Expired => "expired",
+            Self::LeaseLost => "lease-lost",
+            Self::Stalled => "stalled",
+        }
+    }
+}
+
+/// One transition. Carries no payload.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LifecycleEvent {
+    /// Job id.
+    pub job_id: String,
+    /// Job type.
+    pub job_type: String,
+    /// Scope.
+    pub scope: Option<Scope>,
+    /// What happened.
+    pub outcome: LifecycleOutcome,
+    /// Attempts so far.
+    pub attempts: u32,
+    /// The error, for failures.
+    pub error: Option<String>,
+    /// Run time, for finished runs.
+    pub duration: Option<Duration>,
+}
+
+/// Receives lifecycle events on a dedicated task.
+pub trait LifecycleObserver: Send + Sync + 'static {
+    /// Called once per transition. Should be quick; a slow observer only
+    /// causes later events to be dropped, never a stalled queue.
+    fn on_transition(&self, event: &LifecycleEvent);
+}
+
+const CHANNEL: usize = 4096;
+
+/// Fans events out to observers without blocking the caller.
+pub struct ObserverHub {
+    observers: Arc<RwLock<Vec<Arc<dyn LifecycleObserver>>>>,
+    tx: parking_lot::Mutex<Option<mpsc::Sender<LifecycleEvent>>>,
+    dropped: AtomicU64,
+}
+
+impl Default for ObserverHub {
+    fn default() -> Self {
+        Self {
+            observers: Arc::new(RwLock::new(Vec::new())),
+            tx: parking_lot::Mutex::new(None),
+            dropped: AtomicU64::new(0),
+        }
+    }
+}
+
+impl ObserverHub {
+    /// Adds an observer (starts the delivery task on first use; needs a
+    /// tokio runtime).
+    pub fn add(&self, observer: Arc<dyn LifecycleObserver>) {
+        self.observers.write().push(observer);
+        let mut tx = self.tx.lock();
+        if tx.is_none() {
+            let (s, mut r) = mpsc::channel::<LifecycleEvent>(CHANNEL);
+            let observers = self.observers.clone();
+            tokio::spawn(async move {
+                while let Some(ev) = r.recv().await {
+                    let list = observers.read().clone();
+                    for o in list {
+                        if catch_unwind(AssertUnwindSafe(|| o.on_transition(&ev))).is_err() {
+                            tracing::error!(job_id = %ev.job_id, "a lifecycle observer panicked; event skipped for it");
+                        }
+                    }
+                }
+            });
+            *tx = Some(s);
+        }
+    }
+
+    /// Events dropped because observers were too slow.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Emits one event: tracing, then observers (non-blocking).
+    pub fn emit(&self, ev: LifecycleEvent) {
+        tracing::debug!(
+            target: "boxcar::lifecycle",
+            job_id = %ev.job_id,
+            job_type = %ev.job_type,
+            outcome = ev.outcome.as_str(),
+            attempts = ev.attempts,
+            error = ev.error.as_deref().unwrap_or(""),
+            duration_ms = ev.duration.map(|d| d.as_millis() as u64),
+            "job transition"
+        );
+        let tx = self.tx.lock();
+        if let Some(tx) = tx.as_ref() {
+            if tx.try_send(ev).is_err() {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}

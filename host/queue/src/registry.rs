@@ -1,0 +1,387 @@
+//! The dynamic handler registry the engine reads at every claim.
+//!
+//! Invariants:
+//! - A deploy replaces one `Arc<HandlerEntry>` atomically; jobs already
+//!   claimed keep the entry they were claimed with, so in-flight work
+//!   finishes on the old version.
+//! - A `waits_for` cycle among registered handlers is refused at
+//!   [`Registry::register`]; a one-sided `not_while_running` is warned about.
+//! - Known types = registered types + types declared as handled elsewhere.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use crate::guards::{ClaimGuards, PoolGuard};
+use crate::handler::Handler;
+
+/// One payload JSON Schema failure: where, and which rule (never the value).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaFailure {
+    /// JSON pointer of the failing value.
+    pub pointer: String,
+    /// The rule that failed (schema keyword), without the value.
+    pub reason: String,
+}
+
+/// Validates payloads of one job type (the CLI supplies a JSON-Schema impl).
+pub trait PayloadValidator: Send + Sync + 'static {
+    /// Checks a parsed payload.
+    ///
+    /// # Errors
+    /// The first failing location.
+    fn validate(&self, payload: &serde_json::Value) -> Result<(), SchemaFailure>;
+}
+
+/// How the engine runs one job type on this host.
+#[derive(Clone)]
+pub struct HandlerSettings {
+    /// Most jobs of the type running at once on this host.
+    pub concurrency: u32,
+    /// Wall-clock limit per run.
+    pub timeout: Duration,
+    /// Renewed lease length; `None` = lease is `timeout + lease_grace`.
+    pub lease_duration: Option<Duration>,
+    /// Renewal period; `None` = a third of `lease_duration`.
+    pub lease_renew_interval: Option<Duration>,
+    /// Default attempt budget for jobs of this type.
+    pub max_attempts: Option<u32>,
+    /// Types this handler may enqueue while running.
+    pub may_enqueue: Vec<String>,
+    /// Guard: one live job per scope.
+    pub serialize_by_scope: bool,
+    /// Guard: not while these types hold live leases.
+    pub not_while_running: Vec<String>,
+    /// Guard: not while these types have due or live work.
+    pub waits_for: Vec<String>,
+    /// Payload schema check at enqueue.
+    pub payload_validator: Option<Arc<dyn PayloadValidator>>,
+}
+
+impl Default for HandlerSettings {
+    fn default() -> Self {
+        Self {
+            concurrency: 1,
+            timeout: Duration::from_secs(60),
+            lease_duration: None,
+            lease_renew_interval: None,
+            max_attempts: None,
+            may_enqueue: Vec::new(),
+            serialize_by_scope: false,
+            not_while_running: Vec::new(),
+            waits_for: Vec::new(),
+            payload_validator: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for HandlerSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandlerSettings")
+            .field("concurrency", &self.concurrency)
+            .field("timeout", &self.timeout)
+            .field("lease_duration", &self.lease_duration)
+            .field("max_attempts", &self.max_attempts)
+            .field("serialize_by_scope", &self.serialize_by_scope)
+            .field("not_while_running", &self.not_while_running)
+            .field("waits_for", &self.waits_for)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A resource pool shared by several types (SPEC §5), from configuration.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolConfig {
+    /// Pool name.
+    pub name: String,
+    /// Slots held while running.
+    pub concurrency: Option<u32>,
+    /// Starts per fixed one-minute window.
+    pub rate_per_minute: Option<u32>,
+    /// Member types (including types handled elsewhere).
+    pub types: Vec<String>,
+    /// Slot cost per type (default 1).
+    pub costs: BTreeMap<String, u32>,
+    /// Rate cost per type (default 1).
+    pub rate_costs: BTreeMap<String, u32>,
+}
+
+/// A registration or pool declaration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// A setting is out of range.
+    #[error("handler `{job_type}`: {setting} {reason}")]
+    BadSetting {
+        /// The job type.
+        job_type: String,
+        /// The setting name.
+        setting: &'static str,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// `waits_for` forms a cycle.
+    #[error("waits_for cycle refused: {0} — two types that wait for each other could never start")]
+    WaitsForCycle(String),
+    /// A pool declaration is invalid.
+    #[error("pool `{pool}`: {reason}")]
+    BadPool {
+        /// Pool name.
+        pool: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// A deployed handler version.
+pub struct HandlerEntry {
+    /// The job type.
+    pub job_type: String,
+    /// Runs the jobs.
+    pub handler: Arc<dyn Handler>,
+    /// How to run them.
+    pub settings: HandlerSettings,
+    /// `handler.version()`, captured at registration.
+    pub version: String,
+}
+
+#[derive(Default)]
+struct Inner {
+    handlers: BTreeMap<String, Arc<HandlerEntry>>,
+    elsewhere: HashSet<String>,
+    validators: HashMap<String, Arc<dyn PayloadValidator>>,
+    pools: Vec<PoolConfig>,
+}
+
+/// Job types → handler versions, swapped atomically on deploy.
+#[derive(Default)]
+pub struct Registry {
+    inner: RwLock<Inner>,
+}
+
+fn waits_for_cycle(handlers: &BTreeMap<String, Arc<HandlerEntry>>) -> Option<String> {
+    fn visit(
+        t: &str,
+        h: &BTreeMap<String, Arc<HandlerEntry>>,
+        path: &mut Vec<String>,
+        done: &mut HashSet<String>,
+    ) -> Option<String> {
+        if let Some(pos) = path.iter().position(|p| p == t) {
+            let mut cycle = path[pos..].to_vec();
+            cycle.push(t.to_string());
+            return Some(cycle.join(" -> "));
+        }
+        if done.contains(t) {
+            return None;
+        }
+        path.push(t.to_string());
+        if let Some(e) = h.get(t) {
+            for next in &e.settings.waits_for {
+                if let Some(c) = visit(next, h, path, done) {
+                    return Some(c);
+                }
+            }
+        }
+        path.pop();
+        done.insert(t.to_string());
+        None
+    }
+    let mut done = HashSet::new();
+    handlers
+        .keys()
+        .find_map(|t| visit(t, handlers, &mut Vec::new(), &mut done))
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    /// Deploys (or replaces) the handler of `job_type`.
+    ///
+    /// # Errors
+    /// A setting is out of range or the registration would close a
+    /// `waits_for` cycle; the previous version keeps serving.
+    pub fn register(
+        &self,
+        job_type: impl Into<String>,
+        handler: Arc<dyn Handler>,
+        settings: HandlerSettings,
+    ) -> Result<(), RegistryError> {
+        let job_type = job_type.into();
+        let bad = |setting, reason| RegistryError::BadSetting {
+            job_type: job_type.clone(),
+            setting,
+            reason,
+        };
+        if job_type.trim().is_empty() {
+            return Err(bad("job_type", "must not be empty"));
+        }
+        if settings.concurrency == 0 {
+            return Err(bad("concurrency", "must be at least 1"));
+        }
+        if settings.timeout.is_zero() {
+            return Err(bad("timeout", "must be positive"));
+        }
+        if settings.lease_duration.is_some_and(|d| d.is_zero()) {
+            return Err(bad("lease_duration", "must be positive"));
+        }
+        if settings.lease_renew_interval.is_some_and(|d| d.is_zero()) {
+            return Err(bad("lease_renew_interval", "must be positive"));
+        }
+        if settings.max_attempts == Some(0) {
+            return Err(bad("max_attempts", "must be a positive integer"));
+        }
+        let version = handler.version();
+        let entry = Arc::new(HandlerEntry {
+            job_type: job_type.clone(),
+            handler,
+            settings,
+            version,
+        });
+        let mut inner = self.inner.write();
+        let mut next = inner.handlers.clone();
+        next.insert(job_type.clone(), entry);
+        if let Some(cycle) = waits_for_cycle(&next) {
+            return Err(RegistryError::WaitsForCycle(cycle));
+        }
+        for w in one_sided(&next) {
+            tracing::warn!("{w}");
+        }
+        inner.handlers = next;
+        Ok(())
+    }
+
+    /// Undeploys a type: no new claims of it on this host.
+    pub fn remove(&self, job_type: &str) -> bool {
+        self.inner.write().handlers.remove(job_type).is_some()
+    }
+
+    /// Registered types, sorted.
+    pub fn types(&self) -> Vec<String> {
+        self.inner.read().handlers.keys().cloned().collect()
+    }
+
+    /// The current version serving `job_type`.
+    pub fn get(&self, job_type: &str) -> Option<Arc<HandlerEntry>> {
+        self.inner.read().handlers.get(job_type).cloned()
+    }
+
+    /// Declares types handled by other processes (known at enqueue).
+    pub fn declare_elsewhere<I: IntoIterator<Item = String>>(&self, types: I) {
+        self.inner.write().elsewhere.extend(types);
+    }
+
+    /// Sets a payload validator for a type handled elsewhere.
+    pub fn set_validator(&self, job_type: impl Into<String>, v: Arc<dyn PayloadValidator>) {
+        self.inner.write().validators.insert(job_type.into(), v);
+    }
+
+    /// Whether enqueueing `job_type` is allowed.
+    pub fn is_known(&self, job_type: &str) -> bool {
+        let inner = self.inner.read();
+        inner.handlers.contains_key(job_type) || inner.elsewhere.contains(job_type)
+    }
+
+    /// The payload validator for `job_type`, if any.
+    pub fn validator(&self, job_type: &str) -> Option<Arc<dyn PayloadValidator>> {
+        let inner = self.inner.read();
+        inner
+            .handlers
+            .get(job_type)
+            .and_then(|e| e.settings.payload_validator.clone())
+            .or_else(|| inner.validators.get(job_type).cloned())
+    }
+
+    /// The default attempt budget of `job_type`.
+    pub fn max_attempts(&self, job_type: &str) -> Option<u32> {
+        self.inner
+            .read()
+            .handlers
+            .get(job_type)
+            .and_then(|e| e.settings.max_attempts)
+    }
+
+    /// Replaces the pool declarations.
+    ///
+    /// # Errors
+    /// A pool has neither dimension, a non-positive number, no members, or a
+    /// type is in two pools.
+    pub fn set_pools(&self, pools: Vec<PoolConfig>) -> Result<(), RegistryError> {
+        let mut seen: HashMap<&str, &str> = HashMap::new();
+        for p in &pools {
+            let bad = |reason: String| RegistryError::BadPool {
+                pool: p.name.clone(),
+                reason,
+            };
+            if p.concurrency.is_none() && p.rate_per_minute.is_none() {
+                return Err(bad("declare concurrency, rate_per_minute or both".into()));
+            }
+            if p.concurrency == Some(0) || p.rate_per_minute == Some(0) {
+                return Err(bad("concurrency and rate_per_minute must be positive".into()));
+            }
+            if p.types.is_empty() {
+                return Err(bad("list at least one member type".into()));
+            }
+            if p.costs.values().chain(p.rate_costs.values()).any(|c| *c == 0) {
+                return Err(bad("costs must be positive".into()));
+            }
+            for t in &p.types {
+                if let Some(other) = seen.insert(t, &p.name) {
+                    return Err(bad(format!("type `{t}` is also in pool `{other}`")));
+                }
+            }
+        }
+        self.inner.write().pools = pools;
+        Ok(())
+    }
+
+    /// The guards claims of `job_type` carry.
+    pub fn guards_for(&self, job_type: &str) -> ClaimGuards {
+        let inner = self.inner.read();
+        let mut g = ClaimGuards::default();
+        if let Some(e) = inner.handlers.get(job_type) {
+            g.serialize_by_scope = e.settings.serialize_by_scope;
+            g.not_while_running = e.settings.not_while_running.clone();
+            g.waits_for = e.settings.waits_for.clone();
+        }
+        for p in inner.pools.iter().filter(|p| p.types.iter().any(|t| t == job_type)) {
+            g.pools.push(PoolGuard {
+                name: p.name.clone(),
+                concurrency: p.concurrency,
+                rate_per_minute: p.rate_per_minute,
+                member_costs: p
+                    .types
+                    .iter()
+                    .map(|t| (t.clone(), p.costs.get(t).copied().unwrap_or(1)))
+                    .collect(),
+                cost: p.costs.get(job_type).copied().unwrap_or(1),
+                rate_cost: p.rate_costs.get(job_type).copied().unwrap_or(1),
+            });
+        }
+        g
+    }
+
+    /// Warnings about one-sided `not_while_running` declarations.
+    pub fn warnings(&self) -> Vec<String> {
+        one_sided(&self.inner.read().handlers)
+    }
+}
+
+fn one_sided(handlers: &BTreeMap<String, Arc<HandlerEntry>>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (t, e) in handlers {
+        for other in &e.settings.not_while_running {
+            if let Some(o) = handlers.get(other) {
+                if !o.settings.not_while_running.contains(t) {
+                    out.push(format!(
+                        "not_while_running is one-sided: `{t}` declares `{other}` but `{other}` does not declare `{t}`; declare it on both sides"
+                    ));
+                }
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,435 @@
+//! The `JobStore` port: the only boundary between the engine and persistence.
+//!
+//! Methods are named after state changes and take params structs. Every
+//! state change is one conditional write:
+//! - claims are compare-and-set on `status = pending` (or batch claims that
+//!   lock candidates, `FOR UPDATE SKIP LOCKED` / `BEGIN IMMEDIATE`);
+//! - completions, retries, failures, releases and progress are fenced on
+//!   `status = running AND lease_owner = worker`;
+//! - renewals are additionally fenced on an unexpired lease.
+//!
+//! Only the implementations in this module's children contain SQL
+//! (ARCHITECTURE invariant 1). Three implementations share one conformance
+//! suite (`tests/all/conformance.rs`): [`memory::MemoryStore`],
+//! [`sqlite::SqliteStore`], [`postgres::PostgresStore`].
+
+pub mod connect;
+pub mod memory;
+pub mod postgres;
+pub mod sqlite;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use tokio::sync::broadcast;
+
+use crate::guards::ClaimGuards;
+use crate::handler::Scope;
+use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
+
+/// A store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database reported an error.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Applying migrations failed.
+    #[error("migration failed: {0}; check the database user may create tables in the schema")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// A store URL could not be understood.
+    #[error("bad store url `{url}`: {reason}")]
+    BadUrl {
+        /// The URL with any password removed.
+        url: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// A row held a value this version cannot read.
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// The referenced parent job does not exist.
+    #[error("parent job `{0}` does not exist")]
+    UnknownParent(String),
+    /// The operation is not supported by this store.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// Notifications a store publishes to local subscribers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreEvent {
+    /// Jobs of this type were inserted (wake a dispatcher).
+    Inserted(String),
+    /// A job reached a terminal status (wake a waiter).
+    Finished(String),
+}
+
+/// A caller's open transaction (or connection) to enqueue through.
+pub enum TxConn<'a> {
+    /// A SQLite connection, e.g. `&mut *tx` of a `sqlx::Transaction<Sqlite>`.
+    Sqlite(&'a mut sqlx::SqliteConnection),
+    /// A Postgres connection, e.g. `&mut *tx` of a `sqlx::Transaction<Postgres>`.
+    Postgres(&'a mut sqlx::PgConnection),
+}
+
+impl<'a> From<&'a mut sqlx::SqliteConnection> for TxConn<'a> {
+    fn from(c: &'a mut sqlx::SqliteConnection) -> Self {
+        Self::Sqlite(c)
+    }
+}
+
+impl<'a> From<&'a mut sqlx::PgConnection> for TxConn<'a> {
+    fn from(c: &'a mut sqlx::PgConnection) -> Self {
+        Self::Postgres(c)
+    }
+}
+
+/// A validated job ready for insertion. Times are resolved by the store
+/// (with its clock) from `run_at`/`delay` and `expires_at`/`ttl`.
+#[derive(Clone, Debug)]
+pub struct InsertJob {
+    /// New id (UUID v7).
+    pub id: String,
+    /// Job type.
+    pub job_type: String,
+    /// JSON object text.
+    pub payload: String,
+    /// Scope.
+    pub scope: Option<Scope>,
+    /// Dedupe key.
+    pub dedupe_key: Option<String>,
+    /// Attempt budget (resolved).
+    pub max_attempts: u32,
+    /// Absolute due time, or `None` for the store's now.
+    pub run_at: Option<DateTime<Utc>>,
+    /// Added to the due time.
+    pub delay: Duration,
+    /// Priority.
+    pub priority: i32,
+    /// Absolute start deadline.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Relative start deadline (used when `expires_at` is `None`).
+    pub ttl: Option<Duration>,
+    /// Parent job.
+    pub parent_id: Option<String>,
+    /// Schedule.
+    pub schedule_id: Option<String>,
+}
+
+/// Claim up to `limit` due jobs of one type.
+#[derive(Clone, Debug)]
+pub struct ClaimParams {
+    /// Lease owner.
+    pub worker_id: String,
+    /// Job type to claim.
+    pub job_type: String,
+    /// Most jobs to claim.
+    pub limit: u32,
+    /// Lease length from the store's now.
+    pub lease: Duration,
+    /// Recorded as the job's `handler_version`.
+    pub handler_version: Option<String>,
+    /// Guards the claim must honour (SPEC §5).
+    pub guards: ClaimGuards,
+}
+
+/// The result of a claim.
+#[derive(Clone, Debug, Default)]
+pub struct ClaimResult {
+    /// Jobs now running under the caller's lease.
+    pub claimed: Vec<Job>,
+    /// Jobs that were due but whose `expires_at` passed: now `failed`.
+    pub expired: Vec<Job>,
+    /// When the claim admitted fewer jobs than it could because of a guard:
+    /// what blocked it (for starvation warnings).
+    pub blocked_by: Option<String>,
+}
+
+/// Extend leases of running jobs owned by `worker_id`.
+#[derive(Clone, Debug)]
+pub struct RenewParams {
+    /// Lease owner.
+    pub worker_id: String,
+    /// Jobs to renew.
+    pub ids: Vec<String>,
+    /// New lease length from the store's now.
+    pub lease: Duration,
+}
+
+/// One successful run to record.
+#[derive(Clone, Debug)]
+pub struct Completed {
+    /// Job id.
+    pub id: String,
+    /// JSON result text.
+    pub result: Option<String>,
+}
+
+/// Mark jobs `succeeded` (batched).
+#[derive(Clone, Debug)]
+pub struct CompleteParams {
+    /// Lease owner (fence).
+    pub worker_id: String,
+    /// The finished runs.
+    pub jobs: Vec<Completed>,
+}
+
+/// Put a running job back to `pending` for a later attempt.
+#[derive(Clone, Debug)]
+pub struct RetryParams {
+    /// Lease owner (fence).
+    pub worker_id: String,
+    /// Job id.
+    pub id: String,
+    /// Backoff before the next attempt.
+    pub delay: Duration,
+    /// The failure.
+    pub error: String,
+    /// `false` gives the attempt back.
+    pub consumes_attempt: bool,
+}
+
+/// Mark a running job `failed`.
+#[derive(Clone, Debug)]
+pub struct FailParams {
+    /// Lease owner (fence).
+    pub worker_id: String,
+    /// Job id.
+    pub id: String,
+    /// The failure.
+    pub error: String,
+}
+
+/// Give running jobs back (shutdown): `pending`, unleased, attempt returned.
+#[derive(Clone, Debug)]
+pub struct ReleaseParams {
+    /// Lease owner (fence).
+    pub worker_id: String,
+    /// Jobs to release.
+    pub ids: Vec<String>,
+}
+
+/// Which jobs to cancel.
+#[derive(Clone, Debug)]
+pub enum CancelTarget {
+    /// These ids (pending or running).
+    Ids(Vec<String>),
+    /// Every live job of a scope; `include_running = false` leaves running ones.
+    Scope {
+        /// The scope.
+        scope: Scope,
+        /// Also cancel running jobs.
+        include_running: bool,
+    },
+    /// Live jobs of `job_type` with one of these dedupe keys.
+    DedupeKeys {
+        /// The job type.
+        job_type: String,
+        /// The keys.
+        keys: Vec<String>,
+    },
+}
+
+/// Cancel live jobs. Children of cancelled jobs are cancelled too.
+#[derive(Clone, Debug)]
+pub struct CancelParams {
+    /// Which jobs.
+    pub target: CancelTarget,
+    /// Stored as `last_error`.
+    pub reason: String,
+}
+
+/// A job the cancel moved to `cancelled`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CancelledJob {
+    /// Job id.
+    pub id: String,
+    /// Its type.
+    pub job_type: String,
+    /// Its scope.
+    pub scope: Option<Scope>,
+    /// Whether it was running (and so must be aborted where it runs).
+    pub was_running: bool,
+    /// Its attempts.
+    pub attempts: u32,
+}
+
+/// Recover running jobs whose lease expired.
+#[derive(Clone, Debug)]
+pub struct RescueParams {
+    /// Most rows to recover in one call.
+    pub limit: u32,
+}
+
+/// Delete old terminal jobs.
+#[derive(Clone, Debug)]
+pub struct PruneParams {
+    /// Only rows that finished before this instant.
+    pub older_than: DateTime<Utc>,
+    /// Statuses to delete; non-terminal ones are ignored.
+    pub statuses: Vec<JobStatus>,
+}
+
+/// The port. See the module docs for the invariants every method keeps.
+#[async_trait]
+pub trait JobStore: Send + Sync + 'static {
+    /// `sqlite`, `postgres` or `memory`.
+    fn backend(&self) -> &'static str;
+
+    /// Applies this backend's migrations.
+    ///
+    /// # Errors
+    /// The database refused a migration.
+    async fn migrate(&self) -> Result<(), StoreError>;
+
+    /// The store's clock (the database's `now()` on Postgres).
+    ///
+    /// # Errors
+    /// The database could not be reached.
+    async fn now(&self) -> Result<DateTime<Utc>, StoreError>;
+
+    /// Inserts jobs in one round trip; a live duplicate dedupe key returns
+    /// the existing id with `deduplicated = true` (enforced by a partial
+    /// unique index, never read-then-write).
+    ///
+    /// # Errors
+    /// The write failed; nothing was inserted.
+    async fn add_many(&self, jobs: Vec<InsertJob>) -> Result<Vec<AddResult>, StoreError>;
+
+    /// Inserts jobs through the caller's own transaction on the same
+    /// database, so they commit or roll back with the caller's writes.
+    ///
+    /// # Errors
+    /// The connection belongs to another backend, or the write failed.
+    async fn add_in_tx(
+        &self,
+        conn: TxConn<'_>,
+        jobs: Vec<InsertJob>,
+    ) -> Result<Vec<AddResult>, StoreError>;
+
+    /// Claims due jobs of one type in priority, then `run_at` order; due
+    /// jobs past `expires_at` become `failed` instead.
+    ///
+    /// # Locks and transactions
+    /// One transaction; guarded claims lock guard rows in sorted key order.
+    ///
+    /// # Errors
+    /// The database failed; nothing was claimed.
+    async fn claim_batch(&self, params: ClaimParams) -> Result<ClaimResult, StoreError>;
+
+    /// Extends leases still held (running, owned, unexpired); returns the
+    /// ids renewed. A missing id means the lease is lost.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn renew_leases(&self, params: RenewParams) -> Result<Vec<String>, StoreError>;
+
+    /// Marks runs `succeeded`; returns the ids whose fence held.
+    ///
+    /// # Errors
+    /// The database failed; no row changed.
+    async fn complete(&self, params: CompleteParams) -> Result<Vec<String>, StoreError>;
+
+    /// Schedules another attempt; `false` when the fence did not hold.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn retry(&self, params: RetryParams) -> Result<bool, StoreError>;
+
+    /// Marks a run `failed`; `false` when the fence did not hold.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn fail(&self, params: FailParams) -> Result<bool, StoreError>;
+
+    /// Releases runs (shutdown); returns how many rows changed.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn release(&self, params: ReleaseParams) -> Result<u64, StoreError>;
+
+    /// Cancels live jobs (and their unfinished children).
+    ///
+    /// # Errors
+    /// The database failed; nothing was cancelled.
+    async fn cancel(&self, params: CancelParams) -> Result<Vec<CancelledJob>, StoreError>;
+
+    /// Recovers expired leases: back to `pending`, or `failed` with a
+    /// lease-expired error when attempts are exhausted. Returns the jobs as
+    /// they are after the rescue.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn rescue(&self, params: RescueParams) -> Result<Vec<Job>, StoreError>;
+
+    /// Of `ids`, those still `running` under `worker_id`'s lease (reconcile).
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn still_owned(&self, worker_id: &str, ids: &[String]) -> Result<Vec<String>, StoreError>;
+
+    /// Stores progress JSON of a running job owned by `worker_id`.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn set_progress(&self, worker_id: &str, id: &str, json: &str) -> Result<bool, StoreError>;
+
+    /// One job.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn get(&self, id: &str) -> Result<Option<Job>, StoreError>;
+
+    /// Jobs matching a filter, oldest first, default limit 100.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn find(&self, filter: &JobFilter) -> Result<Vec<Job>, StoreError>;
+
+    /// Number of jobs per status.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn count_by_status(&self) -> Result<StatusCounts, StoreError>;
+
+    /// Failed jobs matching the filter back to `pending`, attempts 0, error
+    /// cleared. Without limit/offset: every match.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn retry_failed(&self, filter: &JobFilter) -> Result<u64, StoreError>;
+
+    /// Deletes terminal jobs finished before `older_than`.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn prune(&self, params: PruneParams) -> Result<u64, StoreError>;
+
+    /// Appends a handler deploy event.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn record_handler_event(&self, event: HandlerEvent) -> Result<(), StoreError>;
+
+    /// The most recent handler events, newest first.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn handler_events(&self, limit: u32) -> Result<Vec<HandlerEvent>, StoreError>;
+
+    /// Local notifications (inserts, terminal transitions). Postgres also
+    /// relays other processes' inserts and completions via LISTEN/NOTIFY.
+    fn subscribe(&self) -> broadcast::Receiver<StoreEvent>;
+}
+
+/// The lease-expired error stored on a job that ran out of attempts.
+pub const LEASE_EXPIRED_ERROR: &str =
+    "lease expired: the worker running this job stopped renewing it (crash or partition) and no attempts are left";
+
+/// The error stored on a job whose start deadline passed.
+pub const EXPIRED_ERROR: &str = "expired: the job was not started before its expires_at";
+
+pub(crate) fn chrono_dur(d: Duration) -> chrono::Duration {
+    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
+}

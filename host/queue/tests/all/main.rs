@@ -1,0 +1,5 @@
+//! The one integration test binary of boxcar-queue.
+#![allow(clippy::unwrap_used)]
+
+mod conformance;
+mod support;

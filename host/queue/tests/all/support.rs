@@ -1,0 +1,136 @@
+//! Per-test fixtures: a fresh store of each backend (a temp SQLite file, a
+//! random Postgres schema dropped at the end, or memory), and small helpers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use boxcar_queue::store::memory::MemoryStore;
+use boxcar_queue::store::postgres::PostgresStore;
+use boxcar_queue::store::sqlite::SqliteStore;
+use boxcar_queue::{JobStore, Queue, QueueOptions};
+
+/// Which backend a fixture uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Memory,
+    Sqlite,
+    Postgres,
+}
+
+/// The Postgres URL, or `None` (with a printed reason) when tests must skip.
+/// With `CI=true` a missing `DATABASE_URL` is a failure, not a skip.
+pub fn database_url() -> Option<String> {
+    match std::env::var("DATABASE_URL") {
+        Ok(u) if !u.is_empty() => Some(u),
+        _ => {
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("DATABASE_URL is not set but CI=true: Postgres tests must run in CI");
+            }
+            eprintln!("skipping Postgres test: DATABASE_URL is not set");
+            None
+        }
+    }
+}
+
+/// One test's database.
+pub struct Fixture {
+    pub backend: Backend,
+    pub store: Arc<dyn JobStore>,
+    /// `sqlite://…` or `postgres://…?schema=…`, for other processes.
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+    pg: Option<Arc<PostgresStore>>,
+}
+
+impl Fixture {
+    pub async fn new(backend: Backend) -> Option<Self> {
+        match backend {
+            Backend::Memory => Some(Self {
+                backend,
+                store: Arc::new(MemoryStore::new()),
+                url: "memory://".into(),
+                _dir: None,
+                pg: None,
+            }),
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let path = dir.path().join("boxcar.db");
+                let url = format!("sqlite://{}", path.display());
+                let store = SqliteStore::open(&url).await.expect("open sqlite");
+                store.migrate().await.expect("migrate sqlite");
+                Some(Self {
+                    backend,
+                    store: Arc::new(store),
+                    url,
+                    _dir: Some(dir),
+                    pg: None,
+                })
+            }
+            Backend::Postgres => {
+                let base = database_url()?;
+                let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+                let store = Arc::new(PostgresStore::connect(&base, &schema).await.expect("connect postgres"));
+                store.migrate().await.expect("migrate postgres");
+                let sep = if base.contains('?') { '&' } else { '?' };
+                Some(Self {
+                    backend,
+                    store: store.clone(),
+                    url: format!("{base}{sep}schema={schema}"),
+                    _dir: None,
+                    pg: Some(store),
+                })
+            }
+        }
+    }
+
+    /// Another store instance (own connections) on the same database; the
+    /// same instance for memory.
+    pub async fn reopen(&self) -> Arc<dyn JobStore> {
+        match self.backend {
+            Backend::Memory => self.store.clone(),
+            _ => boxcar_queue::open_store(&self.url).await.expect("reopen store"),
+        }
+    }
+
+    pub fn queue(&self) -> Queue {
+        Queue::new(self.store.clone(), QueueOptions::default()).expect("queue")
+    }
+
+    pub fn postgres(&self) -> Option<&Arc<PostgresStore>> {
+        self.pg.as_ref()
+    }
+
+    /// Drops the Postgres schema.
+    pub async fn finish(self) {
+        if let Some(pg) = &self.pg {
+            pg.drop_schema().await.expect("drop schema");
+        }
+    }
+}
+
+/// Every backend available in this run.
+pub fn backends() -> Vec<Backend> {
+    let mut b = vec![Backend::Memory, Backend::Sqlite];
+    if database_url().is_some() {
+        b.push(Backend::Postgres);
+    }
+    b
+}
+
+/// Polls `cond` every 10 ms until it is true or `timeout` passes.
+pub async fn eventually<F, Fut>(timeout: Duration, mut cond: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if cond().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,185 @@
+//! Engine-wide settings ([`SandboxConfig`]) and per-handler settings
+//! ([`HandlerLimits`], [`Capabilities`]), each validated once, when the
+//! sandbox is built or a handler is loaded.
+
+use std::{path::PathBuf, time::Duration};
+
+use crate::SandboxError;
+
+/// Settings shared by every handler of one [`Sandbox`](crate::Sandbox).
+#[derive(Clone, Debug)]
+pub struct SandboxConfig {
+    /// How often the epoch ticker advances the engine epoch. Deadlines and
+    /// cancellation are noticed within one tick. Default 1 ms; 100 µs–1 s.
+    pub epoch_tick: Duration,
+    /// Pre-allocate instance slots with wasmtime's pooling allocator
+    /// (faster instantiation, fixed capacity). Default true.
+    pub pooling: bool,
+    /// Concurrent instances the pool holds (only with `pooling`). A job that
+    /// finds the pool full ends with `HostError`. Default 256.
+    pub pool_instances: u32,
+    /// Largest linear memory any handler may be granted, in bytes; handler
+    /// `memory` limits above it are rejected at load. Default 1 GiB.
+    pub max_memory: u64,
+    /// Compiled components are cached here, keyed by module digest and
+    /// engine settings. `None` compiles on every load.
+    pub cache_dir: Option<PathBuf>,
+    /// Wasm stack cap per job, in bytes. Default 512 KiB.
+    pub max_wasm_stack: usize,
+    /// Enable fuel metering for the engine (needed for `HandlerLimits::fuel`;
+    /// costs some speed for every guest). Default false.
+    pub fuel: bool,
+    /// After the deadline or a cancel, how long a run stuck inside a host
+    /// call (e.g. a WASI sleep) may take before it is dropped. Guests
+    /// running wasm are stopped by the epoch check regardless. Default 0.
+    pub abandon_grace: Duration,
+    /// Epoch interruption. Always on in production: turning it off removes
+    /// deadline and cancel enforcement for running wasm. Exists only so the
+    /// benchmark can measure its cost.
+    #[doc(hidden)]
+    pub epoch_interruption: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            epoch_tick: Duration::from_millis(1),
+            pooling: true,
+            pool_instances: 256,
+            max_memory: 1 << 30,
+            cache_dir: None,
+            max_wasm_stack: 512 << 10,
+            fuel: false,
+            abandon_grace: Duration::ZERO,
+            epoch_interruption: true,
+        }
+    }
+}
+
+impl SandboxConfig {
+    /// Checks every field; called by [`Sandbox::new`](crate::Sandbox::new).
+    ///
+    /// # Errors
+    /// [`SandboxError::Config`] naming the field, its value and the range.
+    pub fn validate(&self) -> Result<(), SandboxError> {
+        let bad = |field: &str, why: String| Err(SandboxError::Config(format!("{field}: {why}")));
+        if self.epoch_tick < Duration::from_micros(100) || self.epoch_tick > Duration::from_secs(1)
+        {
+            return bad(
+                "epoch_tick",
+                format!("{:?} is outside 100µs..=1s", self.epoch_tick),
+            );
+        }
+        if self.max_wasm_stack < 64 << 10 || self.max_wasm_stack > 64 << 20 {
+            return bad(
+                "max_wasm_stack",
+                format!("{} bytes is outside 64 KiB..=64 MiB", self.max_wasm_stack),
+            );
+        }
+        if self.max_memory < 1 << 20 || self.max_memory > 16 << 30 {
+            return bad(
+                "max_memory",
+                format!("{} bytes is outside 1 MiB..=16 GiB", self.max_memory),
+            );
+        }
+        if self.pooling && (self.pool_instances == 0 || self.pool_instances > 100_000) {
+            return bad(
+                "pool_instances",
+                format!("{} is outside 1..=100000", self.pool_instances),
+            );
+        }
+        if self.abandon_grace > Duration::from_secs(60) {
+            return bad(
+                "abandon_grace",
+                format!("{:?} is more than 60s", self.abandon_grace),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Per-handler resource bounds (from the manifest's `[limits]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandlerLimits {
+    /// Linear memory cap per job, in bytes. Default 64 MiB.
+    pub memory: u64,
+    /// Fuel per job; `None` is unmetered. Needs `SandboxConfig::fuel`.
+    pub fuel: Option<u64>,
+    /// Largest JSON result (and terminal `details`), in bytes. Default 256 KiB.
+    pub max_result: usize,
+    /// Largest single progress report, in bytes. Default 64 KiB.
+    pub max_progress: usize,
+    /// Total log volume per job (log import + stdout + stderr), in bytes.
+    /// Exceeding it stops the job with `LimitExceeded(LogVolume)`. Default 1 MiB.
+    pub max_log: usize,
+    /// Longest log line kept; longer lines are truncated. Default 8 KiB.
+    pub max_log_line: usize,
+    /// Enqueue calls per job; further calls are refused. Default 100.
+    pub max_enqueues: u32,
+    /// Table elements per table. Default 100,000.
+    pub table_elements: usize,
+    /// Tables per job. Default 10.
+    pub tables: usize,
+    /// Core instances per job. Default 20.
+    pub instances: usize,
+}
+
+impl Default for HandlerLimits {
+    fn default() -> Self {
+        Self {
+            memory: 64 << 20,
+            fuel: None,
+            max_result: 256 << 10,
+            max_progress: 64 << 10,
+            max_log: 1 << 20,
+            max_log_line: 8 << 10,
+            max_enqueues: 100,
+            table_elements: 100_000,
+            tables: 10,
+            instances: 20,
+        }
+    }
+}
+
+impl HandlerLimits {
+    /// Checks the limits against the sandbox's configuration.
+    ///
+    /// # Errors
+    /// [`SandboxError::Limits`] naming the field.
+    pub fn validate(&self, config: &SandboxConfig) -> Result<(), SandboxError> {
+        let bad = |why: String| Err(SandboxError::Limits(why));
+        if self.memory < 64 << 10 || self.memory > config.max_memory {
+            return bad(format!(
+                "memory: {} bytes is outside 64 KiB..={} (the sandbox's max_memory)",
+                self.memory, config.max_memory
+            ));
+        }
+        if self.fuel.is_some() && !config.fuel {
+            return bad(
+                "fuel: this sandbox was built without fuel metering; enable SandboxConfig::fuel or remove the fuel limit".into(),
+            );
+        }
+        if self.fuel == Some(0) {
+            return bad("fuel: 0 would stop every job at once; omit it for unmetered".into());
+        }
+        if self.max_log_line == 0 || self.max_log_line > self.max_log.max(1) {
+            return bad(format!(
+                "max_log_line: {} must be between 1 and max_log ({})",
+                self.max_log_line, self.max_log
+            ));
+        }
+        if self.tables == 0 || self.instances == 0 {
+            return bad("tables and instances must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// What a handler may do beyond computing (from the manifest's
+/// `[capabilities]`). Nothing is granted by default. Later capabilities
+/// (HTTP allow-list, directories, environment) are added here.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Job types this handler may enqueue.
+    pub may_enqueue: Vec<String>,
+}

@@ -1,0 +1,226 @@
+//! [`Sandbox`]: the one wasmtime `Engine` of a process, its epoch ticker, the
+//! WASI + host linker (built once) and loading of handler components.
+//!
+//! Invariants:
+//! - Configuration is validated once, in [`Sandbox::new`].
+//! - The ticker lives as long as the engine state: it stops when the
+//!   sandbox *and* every handler loaded from it are dropped.
+//! - A handler is compiled once (or loaded from the on-disk cache), checked
+//!   against the `handler` world and linked once into an `InstancePre`;
+//!   running a job only instantiates.
+
+use std::{
+    path::PathBuf,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
+    time::{Duration, Instant},
+};
+
+use sha2::{Digest, Sha256};
+use wasmtime::{
+    component::{Component, HasSelf, Linker},
+    Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
+};
+
+use crate::{
+    bindings::{Handler as HandlerWorld, HandlerPre},
+    cache,
+    run::LoadedHandler,
+    state::HostState,
+    ticker::Ticker,
+    Capabilities, HandlerLimits, SandboxConfig, SandboxError,
+};
+
+/// Engine state shared by the sandbox and its loaded handlers.
+pub(crate) struct Shared {
+    pub(crate) engine: Engine,
+    pub(crate) linker: Linker<HostState>,
+    pub(crate) config: SandboxConfig,
+    engine_key: String,
+    compiles: AtomicU64,
+    cache_hits: AtomicU64,
+    _ticker: Option<Ticker>,
+}
+
+/// Runs handler components; one per process.
+///
+/// ```no_run
+/// # async fn demo(bytes: Vec<u8>, job: boxcar_queue::JobRun, ctx: boxcar_queue::JobContext)
+/// # -> Result<(), boxcar_sandbox::SandboxError> {
+/// use boxcar_sandbox::{Capabilities, HandlerLimits, Sandbox, SandboxConfig};
+///
+/// let sandbox = Sandbox::new(SandboxConfig {
+///     cache_dir: Some("/var/cache/boxcar".into()),
+///     ..SandboxConfig::default()
+/// })?;
+/// // CPU-heavy on a cache miss: call from spawn_blocking in async code.
+/// let handler = sandbox.load(&bytes, HandlerLimits::default(), Capabilities::default())?;
+/// let outcome = handler.run(job, ctx).await;
+/// # let _ = outcome; Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Sandbox {
+    shared: Arc<Shared>,
+}
+
+/// How a [`Sandbox::load`] went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Hex sha256 of the component bytes (the handler's version).
+    pub digest: String,
+    /// True when the compiled code came from the on-disk cache.
+    pub cache_hit: bool,
+    /// Time spent compiling or loading the compiled code.
+    pub compile_time: Duration,
+    /// The cache file used, if caching is on.
+    pub cache_path: Option<PathBuf>,
+}
+
+impl Sandbox {
+    /// Validates `config`, builds the engine and linker, starts the ticker.
+    ///
+    /// # Errors
+    /// [`SandboxError::Config`] for an invalid field, [`SandboxError::Engine`]
+    /// when wasmtime refuses the settings (e.g. the pool cannot be reserved).
+    pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
+        config.validate()?;
+        let engine_err = |e: wasmtime::Error| SandboxError::Engine(format!("{e:#}"));
+        let mut wc = wasmtime::Config::new();
+        wc.wasm_component_model(true)
+            .epoch_interruption(config.epoch_interruption)
+            .consume_fuel(config.fuel)
+            .max_wasm_stack(config.max_wasm_stack)
+            .async_stack_size(config.max_wasm_stack.max(1 << 20) + (1 << 20));
+        if config.pooling {
+            let n = config.pool_instances;
+            let mut pool = PoolingAllocationConfig::new();
+            pool.total_component_instances(n)
+                .total_core_instances(n.saturating_mul(8))
+                .total_memories(n.saturating_mul(2))
+                .total_tables(n.saturating_mul(4))
+                .total_stacks(n)
+                .max_memory_size(usize::try_from(config.max_memory).unwrap_or(usize::MAX));
+            wc.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        }
+        let engine = Engine::new(&wc).map_err(engine_err)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
+        HandlerWorld::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)
+            .map_err(engine_err)?;
+        let ticker = if config.epoch_interruption {
+            Some(Ticker::start(engine.clone(), config.epoch_tick).map_err(|e| {
+                SandboxError::Engine(format!("cannot start the epoch ticker thread: {e}"))
+            })?)
+        } else {
+            None
+        };
+        Ok(Self {
+            shared: Arc::new(Shared {
+                engine_key: cache::engine_key(&engine),
+                engine,
+                linker,
+                config,
+                compiles: AtomicU64::new(0),
+                cache_hits: AtomicU64::new(0),
+                _ticker: ticker,
+            }),
+        })
+    }
+
+    /// The validated configuration.
+    pub fn config(&self) -> &SandboxConfig {
+        &self.shared.config
+    }
+
+    /// Components compiled from scratch since the sandbox was built.
+    pub fn compiles(&self) -> u64 {
+        self.shared.compiles.load(Ordering::Relaxed)
+    }
+
+    /// Loads served from the on-disk cache since the sandbox was built.
+    pub fn cache_hits(&self) -> u64 {
+        self.shared.cache_hits.load(Ordering::Relaxed)
+    }
+
+    /// Compiles (or loads from cache) and links a handler component.
+    /// Blocking and CPU-heavy on a cache miss.
+    ///
+    /// # Errors
+    /// [`SandboxError::Limits`] for invalid limits, [`SandboxError::Compile`]
+    /// when the bytes are not a component, [`SandboxError::World`] when it
+    /// does not implement `boxcar:handler/handler` or imports something the
+    /// host does not provide.
+    pub fn load(
+        &self,
+        bytes: &[u8],
+        limits: HandlerLimits,
+        caps: Capabilities,
+    ) -> Result<Arc<LoadedHandler>, SandboxError> {
+        self.load_with_report(bytes, limits, caps).map(|(h, _)| h)
+    }
+
+    /// [`Sandbox::load`], also telling how the compile went.
+    ///
+    /// # Errors
+    /// As [`Sandbox::load`].
+    pub fn load_with_report(
+        &self,
+        bytes: &[u8],
+        limits: HandlerLimits,
+        caps: Capabilities,
+    ) -> Result<(Arc<LoadedHandler>, LoadReport), SandboxError> {
+        let shared = &self.shared;
+        limits.validate(&shared.config)?;
+        let digest = hex::encode(Sha256::digest(bytes));
+        let started = Instant::now();
+        let cache_path = shared
+            .config
+            .cache_dir
+            .as_ref()
+            .map(|dir| (dir.clone(), cache::entry(dir, &digest, &shared.engine_key)));
+        let cached = cache_path
+            .as_ref()
+            .and_then(|(_, path)| cache::load(&shared.engine, path));
+        let cache_hit = cached.is_some();
+        let component = match cached {
+            Some(c) => {
+                shared.cache_hits.fetch_add(1, Ordering::Relaxed);
+                c
+            }
+            None => {
+                let c = Component::new(&shared.engine, bytes)
+                    .map_err(|e| SandboxError::Compile(format!("{e:#}")))?;
+                shared.compiles.fetch_add(1, Ordering::Relaxed);
+                if let Some((dir, path)) = &cache_path {
+                    if let Err(e) = cache::store(dir, path, &c) {
+                        tracing::warn!(error = %e, "compiled component not cached");
+                    }
+                }
+                c
+            }
+        };
+        let compile_time = started.elapsed();
+        let pre = shared
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| SandboxError::World(format!("{e:#}")))?;
+        let pre = HandlerPre::new(pre).map_err(|e| SandboxError::World(format!("{e:#}")))?;
+        let report = LoadReport {
+            digest: digest.clone(),
+            cache_hit,
+            compile_time,
+            cache_path: cache_path.map(|(_, p)| p),
+        };
+        let handler = LoadedHandler::new(
+            Arc::clone(shared),
+            pre,
+            digest,
+            Arc::new(limits),
+            Arc::new(caps),
+            report.clone(),
+        );
+        Ok((Arc::new(handler), report))
+    }
+}

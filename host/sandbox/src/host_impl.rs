@@ -1,0 +1,111 @@
+//! The `boxcar:handler/host` imports, each bounded per job.
+//!
+//! - `log`: counted against `max_log` (shared with stdout/stderr); past it
+//!   the guest is stopped (`LimitExceeded(LogVolume)`).
+//! - `progress`: reports over `max_progress` are refused (`limit-reached`).
+//! - `enqueue`: types outside `may_enqueue` are refused (`not-allowed`);
+//!   calls past `max_enqueues` are refused (`limit-reached`) without reaching
+//!   the queue.
+//! - `cancelled`: true once cancel fired or the deadline passed.
+
+use std::time::{Duration, Instant};
+
+use boxcar_queue::{ChildJobRequest, Scope, ServiceError};
+
+use crate::{
+    bindings::boxcar::handler::{host, types},
+    output::Level,
+    state::HostState,
+};
+
+impl types::Host for HostState {}
+
+fn host_error(e: ServiceError) -> types::HostError {
+    match e {
+        ServiceError::NotAllowed(m) => types::HostError::NotAllowed(m),
+        ServiceError::LimitReached(m) => types::HostError::LimitReached(m),
+        ServiceError::Invalid(m) => types::HostError::Invalid(m),
+        ServiceError::Host(m) => types::HostError::Unavailable(m),
+    }
+}
+
+impl host::Host for HostState {
+    async fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
+        let level = match level {
+            types::LogLevel::Trace => Level::Trace,
+            types::LogLevel::Debug => Level::Debug,
+            types::LogLevel::Info => Level::Info,
+            types::LogLevel::Warn => Level::Warn,
+            types::LogLevel::Error => Level::Error,
+        };
+        self.log.log(level, &message).map_err(wasmtime::Error::new)
+    }
+
+    async fn progress(&mut self, json: String) -> wasmtime::Result<Result<(), types::HostError>> {
+        if json.len() > self.limits.max_progress {
+            return Ok(Err(types::HostError::LimitReached(format!(
+                "progress report of {} bytes exceeds max_progress ({} bytes)",
+                json.len(),
+                self.limits.max_progress
+            ))));
+        }
+        let services = self.services.clone();
+        Ok(services.progress(json).await.map_err(host_error))
+    }
+
+    async fn cancelled(&mut self) -> wasmtime::Result<bool> {
+        Ok(self.cancel.is_cancelled() || Instant::now() >= self.deadline)
+    }
+
+    async fn enqueue(
+        &mut self,
+        job_type: String,
+        payload: String,
+        options: types::EnqueueOptions,
+    ) -> wasmtime::Result<Result<String, types::HostError>> {
+        if !self.caps.may_enqueue.iter().any(|t| *t == job_type) {
+            return Ok(Err(types::HostError::NotAllowed(format!(
+                "enqueueing `{}` is not allowed: add it to capabilities.may_enqueue in the manifest",
+                crate::output::truncate(&job_type, 200)
+            ))));
+        }
+        if self.enqueues >= self.limits.max_enqueues {
+            return Ok(Err(types::HostError::LimitReached(format!(
+                "at most {} enqueue calls per job (max_enqueues)",
+                self.limits.max_enqueues
+            ))));
+        }
+        self.enqueues += 1;
+        let request = ChildJobRequest {
+            job_type,
+            payload,
+            scope: options.scope.map(|s| Scope::new(s.scope_type, s.scope_id)),
+            dedupe_key: options.dedupe_key,
+            delay: options.delay_ms.map(Duration::from_millis),
+            priority: options.priority,
+            max_attempts: options.max_attempts,
+        };
+        let services = self.services.clone();
+        Ok(services.enqueue(request).await.map_err(host_error))
+    }
+
+    async fn children(&mut self) -> wasmtime::Result<Result<Vec<types::Child>, types::HostError>> {
+        let services = self.services.clone();
+        Ok(services
+            .children()
+            .await
+            .map(|children| {
+                children
+                    .into_iter()
+                    .map(|c| types::Child {
+                        id: c.id,
+                        job_type: c.job_type,
+                        status: c.status,
+                        result: c.result,
+                        error: c.error,
+                    })
+                    .collect()
+            })
+            .map_err(host_error))
+    }
+}

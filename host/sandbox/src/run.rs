@@ -1,0 +1,288 @@
+//! [`LoadedHandler`]: one linked handler version, and running one job on it.
+//!
+//! Invariants:
+//! - Every job gets a fresh `Store` (thrown away afterwards, also after a
+//!   trap) with the handler's limits, and an epoch deadline set *before*
+//!   instantiation, so even a start function is interruptible.
+//! - The epoch callback stops the guest within one tick of the deadline or
+//!   of `ctx.cancel`; otherwise it yields to the async runtime, so a guest
+//!   that never returns cannot block a host thread.
+//! - A run stuck inside a host call is dropped `abandon_grace` after the
+//!   deadline or cancel.
+//! - Every ending is an [`Outcome`]; nothing here panics on guest input.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use boxcar_queue::{Handler, JobContext, JobRun, LimitKind, Outcome};
+use chrono::Utc;
+use futures::future::BoxFuture;
+use wasmtime::{Store, Trap, UpdateDeadline};
+use wasmtime_wasi::{ResourceTable, WasiCtxBuilder};
+
+use crate::{
+    bindings::{boxcar::handler::types as wit, HandlerPre},
+    engine::{LoadReport, Shared},
+    output::{truncate, GuestOutput, LogLimitReached, LogSink},
+    state::{HostState, Interrupt, Limiter, LimitHit},
+    Capabilities, HandlerLimits,
+};
+
+/// Longest error message kept from a guest.
+const MAX_MESSAGE: usize = 8 << 10;
+
+/// A compiled, linked handler version. Cheap to share; in-flight jobs keep
+/// it alive after a redeploy replaces it.
+pub struct LoadedHandler {
+    shared: Arc<Shared>,
+    pre: HandlerPre<HostState>,
+    digest: String,
+    limits: Arc<HandlerLimits>,
+    caps: Arc<Capabilities>,
+    report: LoadReport,
+}
+
+impl LoadedHandler {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        pre: HandlerPre<HostState>,
+        digest: String,
+        limits: Arc<HandlerLimits>,
+        caps: Arc<Capabilities>,
+        report: LoadReport,
+    ) -> Self {
+        Self {
+            shared,
+            pre,
+            digest,
+            limits,
+            caps,
+            report,
+        }
+    }
+
+    /// Hex sha256 of the component bytes.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The limits every job of this handler runs under.
+    pub fn limits(&self) -> &HandlerLimits {
+        &self.limits
+    }
+
+    /// The capabilities granted to this handler.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    /// How the load went (cache hit, compile time).
+    pub fn load_report(&self) -> &LoadReport {
+        &self.report
+    }
+
+    /// Runs one job to an outcome. Returns within about one epoch tick of
+    /// `job.deadline` (`TimedOut`) or of `ctx.cancel` firing (`Cancelled`).
+    pub async fn run(&self, job: JobRun, ctx: JobContext) -> Outcome {
+        let remaining = (job.deadline - Utc::now())
+            .to_std()
+            .unwrap_or(Duration::ZERO);
+        if remaining.is_zero() {
+            return Outcome::TimedOut;
+        }
+        if ctx.cancel.is_cancelled() {
+            return Outcome::Cancelled;
+        }
+        let deadline = Instant::now() + remaining;
+        let grace = self.shared.config.abandon_grace;
+        let cancel = ctx.cancel.clone();
+        tokio::select! {
+            biased;
+            outcome = self.execute(job, ctx, deadline) => outcome,
+            () = tokio::time::sleep_until((deadline + grace).into()) => Outcome::TimedOut,
+            () = async { cancel.cancelled().await; tokio::time::sleep(grace).await } => Outcome::Cancelled,
+        }
+    }
+
+    async fn execute(&self, job: JobRun, ctx: JobContext, deadline: Instant) -> Outcome {
+        let log = Arc::new(LogSink::new(
+            Arc::from(job.id.as_str()),
+            Arc::from(job.job_type.as_str()),
+            self.limits.max_log,
+            self.limits.max_log_line,
+        ));
+        let wasi = WasiCtxBuilder::new()
+            .stdout(GuestOutput::stdout(Arc::clone(&log)))
+            .stderr(GuestOutput::stderr(Arc::clone(&log)))
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let state = HostState {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: Limiter::new(&self.limits),
+            log: Arc::clone(&log),
+            services: ctx.services,
+            limits: Arc::clone(&self.limits),
+            caps: Arc::clone(&self.caps),
+            cancel: ctx.cancel,
+            deadline,
+            enqueues: 0,
+        };
+        let mut store = Store::new(&self.shared.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        if self.shared.config.fuel {
+            if let Err(e) = store.set_fuel(self.limits.fuel.unwrap_or(u64::MAX)) {
+                return host_error("setting fuel", &e);
+            }
+        }
+        if self.shared.config.epoch_interruption {
+            store.set_epoch_deadline(1);
+            store.epoch_deadline_callback(|ctx| {
+                let state = ctx.data();
+                if state.cancel.is_cancelled() {
+                    return Err(wasmtime::Error::new(Interrupt::Cancelled));
+                }
+                if Instant::now() >= state.deadline {
+                    return Err(wasmtime::Error::new(Interrupt::TimedOut));
+                }
+                Ok(UpdateDeadline::Yield(1))
+            });
+        }
+        let instance = match self.pre.instantiate_async(&mut store).await {
+            Ok(i) => i,
+            Err(e) => {
+                log.flush();
+                return classify(&e, &mut store, "instantiating the handler");
+            }
+        };
+        let wit_job = to_wit(job);
+        let called = instance.call_handle(&mut store, &wit_job).await;
+        log.flush();
+        match called {
+            Ok(answer) => self.answer(answer),
+            Err(e) => classify(&e, &mut store, "running the handler"),
+        }
+    }
+
+    /// Maps the guest's own answer, enforcing result sizes.
+    fn answer(&self, answer: Result<Option<String>, wit::JobError>) -> Outcome {
+        let max = self.limits.max_result;
+        let too_big = |what: &str, len: usize| Outcome::LimitExceeded {
+            which: LimitKind::ResultSize,
+            detail: format!("{what} of {len} bytes exceeds max_result ({max} bytes)"),
+        };
+        match answer {
+            Ok(Some(result)) if result.len() > max => too_big("the result", result.len()),
+            Ok(result) => Outcome::Succeeded { result },
+            Err(wit::JobError::Retryable(r)) => Outcome::Retryable {
+                message: truncate(&r.message, MAX_MESSAGE).to_string(),
+                retry_after: r.retry_after_ms.map(Duration::from_millis),
+                consumes_attempt: r.consumes_attempt,
+            },
+            Err(wit::JobError::Terminal(t)) => match t.details {
+                Some(d) if d.len() > max => too_big("the error details", d.len()),
+                details => Outcome::Terminal {
+                    message: truncate(&t.message, MAX_MESSAGE).to_string(),
+                    code: t.code.map(|c| truncate(&c, 256).to_string()),
+                    details,
+                },
+            },
+        }
+    }
+}
+
+/// Turns a failed instantiate or call into the outcome it stands for.
+fn classify(e: &wasmtime::Error, store: &mut Store<HostState>, doing: &str) -> Outcome {
+    let state = store.data_mut();
+    if let Some(outcome) = state.limiter.violation.take() {
+        return outcome;
+    }
+    if state.log.exceeded() || e.downcast_ref::<LogLimitReached>().is_some() {
+        return Outcome::LimitExceeded {
+            which: LimitKind::LogVolume,
+            detail: format!(
+                "more than max_log ({} bytes) of log output; {} bytes were written",
+                state.log.limit(),
+                state.log.used()
+            ),
+        };
+    }
+    if let Some(hit) = e.downcast_ref::<LimitHit>() {
+        return hit.0.clone();
+    }
+    if let Some(i) = e.downcast_ref::<Interrupt>() {
+        return match i {
+            Interrupt::TimedOut => Outcome::TimedOut,
+            Interrupt::Cancelled => Outcome::Cancelled,
+        };
+    }
+    if let Some(trap) = e.downcast_ref::<Trap>() {
+        return match trap {
+            Trap::OutOfFuel => Outcome::FuelExhausted,
+            Trap::Interrupt => Outcome::TimedOut,
+            Trap::StackOverflow => Outcome::Trapped {
+                message: format!("stack overflow ({trap})"),
+            },
+            _ => {
+                let tail = state.log.stderr_tail();
+                let message = if tail.is_empty() {
+                    trap.to_string()
+                } else {
+                    format!("{trap}; guest stderr: {tail}")
+                };
+                Outcome::Trapped { message }
+            }
+        };
+    }
+    if let Some(exit) = e.downcast_ref::<wasmtime_wasi::I32Exit>() {
+        return Outcome::Trapped {
+            message: format!("the guest exited with status {}", exit.0),
+        };
+    }
+    if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
+        return host_error(doing, e);
+    }
+    host_error(doing, e)
+}
+
+fn host_error(doing: &str, e: &wasmtime::Error) -> Outcome {
+    Outcome::HostError {
+        message: format!("{doing}: {e:#}"),
+    }
+}
+
+fn to_wit(job: JobRun) -> wit::Job {
+    wit::Job {
+        id: job.id,
+        job_type: job.job_type,
+        payload: job.payload,
+        attempt: job.attempt,
+        max_attempts: job.max_attempts,
+        scope: job.scope.map(|s| wit::Scope {
+            scope_type: s.scope_type,
+            scope_id: s.scope_id,
+        }),
+        schedule_id: job.schedule_id,
+        parent_id: job.parent_id,
+        deadline_ms: u64::try_from(job.deadline.timestamp_millis()).unwrap_or(0),
+    }
+}
+
+/// Runs jobs through the sandbox for the queue engine.
+#[derive(Clone)]
+pub struct SandboxHandler(pub Arc<LoadedHandler>);
+
+impl Handler for SandboxHandler {
+    fn handle(&self, job: JobRun, ctx: JobContext) -> BoxFuture<'static, Outcome> {
+        let handler = Arc::clone(&self.0);
+        Box::pin(async move { handler.run(job, ctx).await })
+    }
+
+    fn version(&self) -> String {
+        self.0.digest.clone()
+    }
+}

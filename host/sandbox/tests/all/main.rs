@@ -1,0 +1,1 @@
+//! Sandbox integration tests.
