@@ -33,7 +33,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_dedupe_live
     ON jobs (dedupe_key)
     WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running');
 CREATE INDEX IF NOT EXISTS jobs_claim
-    ON jobs (job_type, priority, run_at) WHERE status = 'pending';
+    ON jobs (job_type, priority, run_at, id) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS jobs_lease
     ON jobs (lease_expires_at) WHERE status = 'running';
 CREATE INDEX IF NOT EXISTS jobs_running_type

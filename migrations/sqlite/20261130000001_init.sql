@@ -32,7 +32,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS boxcar_jobs_dedupe_live
     ON boxcar_jobs (dedupe_key)
     WHERE dedupe_key IS NOT NULL AND status IN ('pending', 'running');
 CREATE INDEX IF NOT EXISTS boxcar_jobs_claim
-    ON boxcar_jobs (job_type, priority, run_at) WHERE status = 'pending';
+    ON boxcar_jobs (job_type, priority, run_at, id) WHERE status = 'pending';
 CREATE INDEX IF NOT EXISTS boxcar_jobs_lease
     ON boxcar_jobs (lease_expires_at) WHERE status = 'running';
 CREATE INDEX IF NOT EXISTS boxcar_jobs_running_type

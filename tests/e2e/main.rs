@@ -1,1 +1,10 @@
-//! End-to-end tests: run the real `boxcar` binary.
+//! End-to-end tests: run the real `boxcar` binary in a fresh temporary
+//! directory with a cleared environment, and print everything it said when
+//! a test fails.
+
+mod harness;
+
+mod api;
+mod cli;
+mod deploy;
+mod fleet;

@@ -1,1 +1,164 @@
-fn main() {}
+//! Sandbox benchmark (`cargo bench -p boxcar-sandbox`): per-job cost, epoch
+//! overhead and abort latency. Prints figures; see the crate README.
+//!
+//! Optional argument: a scale factor for the run counts (default 1.0), e.g.
+//! `cargo bench -p boxcar-sandbox -- 0.1` for a quick look.
+
+use std::{
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use boxcar_queue::{ChildJobRequest, ChildSummary, JobContext, JobRun, JobServices, Outcome, ServiceError};
+use boxcar_sandbox::{Capabilities, HandlerLimits, LoadedHandler, Sandbox, SandboxConfig};
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+struct NoServices;
+
+impl JobServices for NoServices {
+    fn progress(&self, _: String) -> BoxFuture<'_, Result<(), ServiceError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn enqueue(&self, _: ChildJobRequest) -> BoxFuture<'_, Result<String, ServiceError>> {
+        Box::pin(async { Ok("x".into()) })
+    }
+    fn children(&self) -> BoxFuture<'_, Result<Vec<ChildSummary>, ServiceError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+fn job(job_type: &str, payload: &str, timeout: Duration) -> JobRun {
+    JobRun {
+        id: "bench".into(),
+        job_type: job_type.into(),
+        payload: payload.into(),
+        attempt: 1,
+        max_attempts: 1,
+        scope: None,
+        schedule_id: None,
+        parent_id: None,
+        deadline: chrono::Utc::now() + chrono::Duration::from_std(timeout).expect("fits"),
+    }
+}
+
+fn ctx(services: &Arc<dyn JobServices>) -> JobContext {
+    JobContext {
+        cancel: CancellationToken::new(),
+        services: Arc::clone(services),
+    }
+}
+
+fn sandbox(pooling: bool, epoch: bool) -> Sandbox {
+    Sandbox::new(SandboxConfig {
+        pooling,
+        epoch_interruption: epoch,
+        cache_dir: Some(std::env::temp_dir().join("boxcar-bench-cache")),
+        ..SandboxConfig::default()
+    })
+    .expect("sandbox")
+}
+
+fn load(sandbox: &Sandbox, name: &str) -> Arc<LoadedHandler> {
+    let bytes = std::fs::read(boxcar_examples::path(name).expect("example exists")).expect("read");
+    sandbox
+        .load(&bytes, HandlerLimits::default(), Capabilities::default())
+        .expect("load")
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn summary(mut v: Vec<Duration>) -> String {
+    v.sort();
+    format!(
+        "median {:>8.1?}  p90 {:>8.1?}  p99 {:>8.1?}  max {:>8.1?}  (n={})",
+        percentile(&v, 0.5),
+        percentile(&v, 0.9),
+        percentile(&v, 0.99),
+        v[v.len() - 1],
+        v.len()
+    )
+}
+
+async fn per_job(pooling: bool, runs: usize, services: &Arc<dyn JobServices>) {
+    let sb = sandbox(pooling, true);
+    let echo = load(&sb, "echo");
+    let payload = r#"{"hello":"world"}"#;
+    for _ in 0..200 {
+        let _ = echo.run(job("echo", payload, Duration::from_secs(30)), ctx(services)).await;
+    }
+    let mut times = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let j = job("echo", payload, Duration::from_secs(30));
+        let c = ctx(services);
+        let t = Instant::now();
+        let outcome = echo.run(j, c).await;
+        times.push(t.elapsed());
+        assert!(matches!(outcome, Outcome::Succeeded { .. }), "{outcome:?}");
+    }
+    let label = if pooling { "pooling  " } else { "on-demand" };
+    println!("echo instantiate+call, {label}: {}", summary(times));
+}
+
+async fn epoch_overhead(services: &Arc<dyn JobServices>, rounds: usize) {
+    let payload = r#"{"iterations": 300000000}"#;
+    let mut results = Vec::new();
+    for epoch in [false, true] {
+        let sb = sandbox(false, epoch);
+        let compute = load(&sb, "compute");
+        let mut times = Vec::new();
+        for _ in 0..rounds {
+            let t = Instant::now();
+            let outcome = compute
+                .run(job("compute", payload, Duration::from_secs(600)), ctx(services))
+                .await;
+            times.push(t.elapsed());
+            assert!(matches!(outcome, Outcome::Succeeded { .. }), "{outcome:?}");
+        }
+        times.sort();
+        results.push(percentile(&times, 0.5));
+    }
+    let (off, on) = (results[0], results[1]);
+    println!(
+        "CPU-bound guest (3e8 xorshift rounds), median of {rounds}: epoch off {off:.1?}, on {on:.1?}, slowdown {:+.1}%",
+        (on.as_secs_f64() / off.as_secs_f64() - 1.0) * 100.0
+    );
+}
+
+async fn abort_latency(services: &Arc<dyn JobServices>, runs: usize) {
+    let sb = sandbox(true, true);
+    let spin = load(&sb, "spin");
+    let timeout = Duration::from_millis(100);
+    let mut overshoot = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let j = job("spin", "{}", timeout);
+        let deadline = Instant::now()
+            + (j.deadline - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO);
+        let outcome = spin.run(j, ctx(services)).await;
+        overshoot.push(Instant::now().saturating_duration_since(deadline));
+        assert_eq!(outcome, Outcome::TimedOut);
+    }
+    println!("spin abort overshoot past a 100 ms deadline (1 ms tick): {}", summary(overshoot));
+}
+
+fn main() {
+    let scale: f64 = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(1.0);
+    let n = |base: usize| ((base as f64 * scale) as usize).max(3);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let services: Arc<dyn JobServices> = Arc::new(NoServices);
+    rt.block_on(async {
+        per_job(true, n(10_000), &services).await;
+        per_job(false, n(10_000), &services).await;
+        epoch_overhead(&services, n(5)).await;
+        abort_latency(&services, n(100)).await;
+    });
+}

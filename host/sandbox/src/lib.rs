@@ -11,7 +11,7 @@
 //!   interruption, memory/table/instance caps with a resource limiter, and
 //!   log/progress/result/enqueue sizes in the host interface. WASI grants
 //!   clocks and random only; stdout/stderr go to the job's bounded log.
-//! - [`LoadedHandler`] and [`SandboxHandler`] implement the queue's
+//! - [`LoadedHandler`] implements the queue's
 //!   [`Handler`](boxcar_queue::Handler) trait (version = module digest).
 //!
 //! Running a job never returns an error: every ending is an [`Outcome`].
@@ -31,4 +31,4 @@ pub use boxcar_queue::{LimitKind, Outcome};
 pub use config::{Capabilities, HandlerLimits, SandboxConfig};
 pub use engine::{LoadReport, Sandbox};
 pub use error::SandboxError;
-pub use run::{LoadedHandler, SandboxHandler};
+pub use run::LoadedHandler;

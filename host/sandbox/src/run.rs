@@ -34,7 +34,8 @@ use crate::{
 const MAX_MESSAGE: usize = 8 << 10;
 
 /// A compiled, linked handler version. Cheap to share; in-flight jobs keep
-/// it alive after a redeploy replaces it.
+/// it alive after a redeploy replaces it. Cloning is cheap (shared parts).
+#[derive(Clone)]
 pub struct LoadedHandler {
     shared: Arc<Shared>,
     pre: HandlerPre<HostState>,
@@ -272,17 +273,13 @@ fn to_wit(job: JobRun) -> wit::Job {
     }
 }
 
-/// Runs jobs through the sandbox for the queue engine.
-#[derive(Clone)]
-pub struct SandboxHandler(pub Arc<LoadedHandler>);
-
-impl Handler for SandboxHandler {
+impl Handler for LoadedHandler {
     fn handle(&self, job: JobRun, ctx: JobContext) -> BoxFuture<'static, Outcome> {
-        let handler = Arc::clone(&self.0);
-        Box::pin(async move { handler.run(job, ctx).await })
+        let this = self.clone();
+        Box::pin(async move { this.run(job, ctx).await })
     }
 
     fn version(&self) -> String {
-        self.0.digest.clone()
+        self.digest.clone()
     }
 }

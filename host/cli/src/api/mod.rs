@@ -267,3 +267,6 @@ async fn metrics_text(State(state): State<AppState>) -> Result<Response, ApiErro
     let text = state.metrics.render(&counts);
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
+
+#[cfg(test)]
+mod tests;

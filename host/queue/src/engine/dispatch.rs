@@ -67,6 +67,9 @@ async fn claim_round(engine: &Arc<Engine>, tick: usize, starving: &mut HashMap<S
                 continue;
             }
         };
+        if !res.expired.is_empty() {
+            engine.queue.wake();
+        }
         for job in res.expired {
             engine.queue.emit(LifecycleEvent {
                 job_id: job.id,

@@ -37,6 +37,10 @@ use crate::queue::Queue;
 use crate::registry::Registry;
 use crate::store::{JobStore, ReleaseParams};
 
+/// How long shutdown waits for aborted runs' release writes after
+/// `abandon_grace`.
+const RELEASE_WRITE_ALLOWANCE: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub(crate) struct Engine {
     queue: Queue,
     store: Arc<dyn JobStore>,
@@ -162,7 +166,9 @@ impl WorkerHandle {
             .is_err()
         {
             e.queue.inflight().abort_all(AbortReason::Shutdown);
-            let _ = tokio::time::timeout(e.opts.abandon_grace, e.runs.wait()).await;
+            // Runs stop waiting for their handler after abandon_grace, then
+            // write their release; allow that write some time as well.
+            let _ = tokio::time::timeout(e.opts.abandon_grace + RELEASE_WRITE_ALLOWANCE, e.runs.wait()).await;
             let stuck = e.queue.inflight().ids();
             if !stuck.is_empty() {
                 tracing::warn!(count = stuck.len(), "runs did not stop within abandon_grace; releasing their leases");

@@ -53,7 +53,7 @@ async fn supervise(
         let every = entry.settings.lease_renew_interval.unwrap_or(lease / 3);
         (lease, every.max(Duration::from_millis(10)))
     });
-    let mut lease_valid_until = Instant::now() + renewal.map_or(Duration::MAX / 4, |(l, _)| l);
+    let mut lease_valid_until = renewal.map(|(l, _)| Instant::now() + l);
     let mut next_renewal = renewal.map(|(_, every)| tokio::time::Instant::now() + every);
     let mut timed_out = false;
     loop {
@@ -70,13 +70,13 @@ async fn supervise(
                 let Some((lease, every)) = renewal else { continue };
                 match renew(engine, &job.id, lease).await {
                     Ok(true) => {
-                        lease_valid_until = Instant::now() + lease;
+                        lease_valid_until = Some(Instant::now() + lease);
                         next_renewal = Some(tokio::time::Instant::now() + every);
                     }
                     Ok(false) => {
                         handle.abort(AbortReason::LeaseLost);
                     }
-                    Err(()) if Instant::now() >= lease_valid_until => {
+                    Err(()) if lease_valid_until.is_some_and(|t| Instant::now() >= t) => {
                         handle.abort(AbortReason::LeaseLost);
                     }
                     Err(()) => {

@@ -99,6 +99,12 @@ fn rows_to_jobs(rows: &[PgRow]) -> Result<Vec<Job>, StoreError> {
 /// A Postgres-backed store in one schema.
 pub struct PostgresStore {
     pool: PgPool,
+    /// Connections with `synchronous_commit = off`, used only for engine
+    /// transitions (claim, renew, complete, retry, fail, release, rescue,
+    /// progress). Losing the last of these on a database crash only makes
+    /// a job run again, which at-least-once delivery already allows;
+    /// enqueues and cancels stay on the durable `pool`.
+    fast: PgPool,
     schema: String,
     jobs: String,
     events: broadcast::Sender<StoreEvent>,
@@ -219,7 +225,17 @@ impl PostgresStore {
         }
         let opts = PgConnectOptions::from_str(url)?;
         let pool = PgPoolOptions::new()
-            .max_connections(10)
+            .max_connections(8)
+            .connect_with(opts.clone())
+            .await?;
+        let fast = PgPoolOptions::new()
+            .max_connections(4)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::query("SET synchronous_commit = off").execute(conn).await?;
+                    Ok(())
+                })
+            })
             .connect_with(opts)
             .await?;
         let (events, _) = broadcast::channel(4096);
@@ -252,6 +268,7 @@ impl PostgresStore {
         });
         Ok(Self {
             pool,
+            fast,
             jobs: format!("{schema}.jobs"),
             schema: schema.to_string(),
             events,
@@ -394,7 +411,7 @@ impl JobStore for PostgresStore {
             .bind(&p.worker_id)
             .bind(dur_ms(p.lease))
             .bind(&p.handler_version)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.fast)
             .await?;
         let mut res = ClaimResult::default();
         for job in rows_to_jobs(&rows)? {
@@ -419,7 +436,7 @@ impl JobStore for PostgresStore {
         .bind(dur_ms(p.lease))
         .bind(&p.ids)
         .bind(&p.worker_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.fast)
         .await?)
     }
 
@@ -436,7 +453,7 @@ impl JobStore for PostgresStore {
         .bind(&ids)
         .bind(&results)
         .bind(&p.worker_id)
-        .fetch_all(&self.pool)
+        .fetch_all(&self.fast)
         .await?)
     }
 
@@ -453,7 +470,7 @@ impl JobStore for PostgresStore {
         .bind(p.consumes_attempt)
         .bind(&p.id)
         .bind(&p.worker_id)
-        .execute(&self.pool)
+        .execute(&self.fast)
         .await?;
         Ok(r.rows_affected() == 1)
     }
@@ -468,7 +485,7 @@ impl JobStore for PostgresStore {
         .bind(&p.error)
         .bind(&p.id)
         .bind(&p.worker_id)
-        .execute(&self.pool)
+        .execute(&self.fast)
         .await?;
         Ok(r.rows_affected() == 1)
     }
@@ -482,7 +499,7 @@ impl JobStore for PostgresStore {
         ))
         .bind(&p.ids)
         .bind(&p.worker_id)
-        .execute(&self.pool)
+        .execute(&self.fast)
         .await?;
         Ok(r.rows_affected())
     }
@@ -559,7 +576,7 @@ impl JobStore for PostgresStore {
         .bind(i64::from(p.limit))
         .bind(LEASE_EXPIRED_ERROR)
         .bind("lease expired; recovered for another attempt")
-        .fetch_all(&self.pool)
+        .fetch_all(&self.fast)
         .await?;
         rows_to_jobs(&rows)
     }
@@ -584,7 +601,7 @@ impl JobStore for PostgresStore {
         .bind(json)
         .bind(id)
         .bind(worker_id)
-        .execute(&self.pool)
+        .execute(&self.fast)
         .await?;
         Ok(r.rows_affected() == 1)
     }

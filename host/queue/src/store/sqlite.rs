@@ -12,6 +12,7 @@
 //! - Id lists are bound as one JSON array and expanded with `json_each`.
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -44,6 +45,10 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct SqliteStore {
     pool: SqlitePool,
     events: broadcast::Sender<StoreEvent>,
+    /// Serializes this process's writers, so they queue here instead of in
+    /// SQLite's sleeping busy handler (which starves one writer under load).
+    /// Other processes still wait through the busy timeout.
+    write: Arc<tokio::sync::Mutex<()>>,
 }
 
 pub(crate) fn ms(t: DateTime<Utc>) -> i64 {
@@ -207,6 +212,7 @@ impl SqliteStore {
         Ok(Self {
             pool,
             events: broadcast::channel(1024).0,
+            write: Arc::new(tokio::sync::Mutex::new(())),
         })
     }
 
@@ -259,6 +265,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn add_many(&self, jobs: Vec<InsertJob>) -> Result<Vec<AddResult>, StoreError> {
+        let _w = self.write.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let out = insert_all(&mut tx, &jobs).await?;
         tx.commit().await?;
@@ -281,6 +288,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn claim_batch(&self, p: ClaimParams) -> Result<ClaimResult, StoreError> {
+        let _w = self.write.lock().await;
         if !p.guards.is_empty() {
             return guarded::claim(self, p).await;
         }
@@ -300,7 +308,6 @@ impl JobStore for SqliteStore {
                  WHERE j.status = 'pending' AND j.job_type = ?6 AND j.run_at <= ?1 \
                    AND NOT EXISTS (SELECT 1 FROM boxcar_jobs c WHERE c.parent_id = j.id AND c.{LIVE}) \
                  ORDER BY j.priority, j.run_at, j.id LIMIT ?7) \
-               AND status = 'pending' \
              RETURNING {COLS}"
         );
         let rows = sqlx::query(&sql)
@@ -328,11 +335,12 @@ impl JobStore for SqliteStore {
     }
 
     async fn renew_leases(&self, p: RenewParams) -> Result<Vec<String>, StoreError> {
+        let _w = self.write.lock().await;
         let now = ms(Utc::now());
         let ids: Vec<String> = sqlx::query_scalar(
             "UPDATE boxcar_jobs SET lease_expires_at = ?1, updated_at = ?2 \
-             WHERE id IN (SELECT value FROM json_each(?3)) AND status = 'running' \
-               AND lease_owner = ?4 AND lease_expires_at > ?2 RETURNING id",
+             WHERE id IN (SELECT value FROM json_each(?3)) AND +status = 'running' \
+               AND lease_owner = ?4 AND +lease_expires_at > ?2 RETURNING id",
         )
         .bind(now + dur_ms(p.lease))
         .bind(now)
@@ -344,6 +352,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn complete(&self, p: CompleteParams) -> Result<Vec<String>, StoreError> {
+        let _w = self.write.lock().await;
         let now = ms(Utc::now());
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let mut done = Vec::with_capacity(p.jobs.len());
@@ -371,6 +380,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn retry(&self, p: RetryParams) -> Result<bool, StoreError> {
+        let _w = self.write.lock().await;
         let now = ms(Utc::now());
         let r = sqlx::query(
             "UPDATE boxcar_jobs SET status = 'pending', run_at = ?1, last_error = ?2, \
@@ -390,6 +400,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn fail(&self, p: FailParams) -> Result<bool, StoreError> {
+        let _w = self.write.lock().await;
         let now = ms(Utc::now());
         let r = sqlx::query(
             "UPDATE boxcar_jobs SET status = 'failed', last_error = ?1, finished_at = ?2, \
@@ -410,11 +421,12 @@ impl JobStore for SqliteStore {
     }
 
     async fn release(&self, p: ReleaseParams) -> Result<u64, StoreError> {
+        let _w = self.write.lock().await;
         let now = ms(Utc::now());
         let r = sqlx::query(
             "UPDATE boxcar_jobs SET status = 'pending', run_at = ?1, attempts = MAX(attempts - 1, 0), \
                lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1 \
-             WHERE id IN (SELECT value FROM json_each(?2)) AND status = 'running' AND lease_owner = ?3",
+             WHERE id IN (SELECT value FROM json_each(?2)) AND +status = 'running' AND lease_owner = ?3",
         )
         .bind(now)
         .bind(json_list(&p.ids))
@@ -425,12 +437,13 @@ impl JobStore for SqliteStore {
     }
 
     async fn cancel(&self, p: CancelParams) -> Result<Vec<CancelledJob>, StoreError> {
+        let _w = self.write.lock().await;
         let now = ms(Utc::now());
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         let select = "SELECT id, job_type, scope_type, scope_id, status, attempts FROM boxcar_jobs WHERE ";
         let rows = match &p.target {
             CancelTarget::Ids(ids) => {
-                sqlx::query(&format!("{select} id IN (SELECT value FROM json_each(?)) AND {LIVE}"))
+                sqlx::query(&format!("{select} id IN (SELECT value FROM json_each(?)) AND +{LIVE}"))
                     .bind(json_list(ids))
                     .fetch_all(&mut *tx)
                     .await?
@@ -476,7 +489,7 @@ impl JobStore for SqliteStore {
             sqlx::query(&format!(
                 "UPDATE boxcar_jobs SET status = 'cancelled', last_error = ?1, finished_at = ?2, \
                    lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2 \
-                 WHERE id IN (SELECT value FROM json_each(?3)) AND {LIVE}"
+                 WHERE id IN (SELECT value FROM json_each(?3)) AND +{LIVE}"
             ))
             .bind(&p.reason)
             .bind(now)
@@ -498,6 +511,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn rescue(&self, p: RescueParams) -> Result<Vec<Job>, StoreError> {
+        let _w = self.write.lock().await;
         let now = ms(Utc::now());
         let rows = sqlx::query(&format!(
             "UPDATE boxcar_jobs SET \
@@ -507,7 +521,6 @@ impl JobStore for SqliteStore {
                run_at = CASE WHEN attempts >= max_attempts THEN run_at ELSE ?3 END, \
                lease_owner = NULL, lease_expires_at = NULL, updated_at = ?3 \
              WHERE id IN (SELECT id FROM boxcar_jobs WHERE status = 'running' AND lease_expires_at <= ?3 LIMIT ?4) \
-               AND status = 'running' AND lease_expires_at <= ?3 \
              RETURNING {COLS}"
         ))
         .bind(LEASE_EXPIRED_ERROR)
@@ -530,7 +543,7 @@ impl JobStore for SqliteStore {
     async fn still_owned(&self, worker_id: &str, ids: &[String]) -> Result<Vec<String>, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT id FROM boxcar_jobs WHERE id IN (SELECT value FROM json_each(?1)) \
-               AND status = 'running' AND lease_owner = ?2",
+               AND +status = 'running' AND lease_owner = ?2",
         )
         .bind(json_list(ids))
         .bind(worker_id)
@@ -539,6 +552,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn set_progress(&self, worker_id: &str, id: &str, json: &str) -> Result<bool, StoreError> {
+        let _w = self.write.lock().await;
         let r = sqlx::query(
             "UPDATE boxcar_jobs SET progress = ?1, updated_at = ?2 \
              WHERE id = ?3 AND status = 'running' AND lease_owner = ?4",
@@ -593,6 +607,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn retry_failed(&self, f: &JobFilter) -> Result<u64, StoreError> {
+        let _w = self.write.lock().await;
         let mut f = f.clone();
         f.statuses = vec![JobStatus::Failed];
         let mut binds = Vec::new();
@@ -601,8 +616,7 @@ impl JobStore for SqliteStore {
         let sql = format!(
             "UPDATE boxcar_jobs SET status = 'pending', attempts = 0, last_error = NULL, \
                finished_at = NULL, run_at = ?, updated_at = ? \
-             WHERE id IN (SELECT id FROM boxcar_jobs WHERE {w} ORDER BY created_at, id LIMIT ? OFFSET ?) \
-               AND status = 'failed'"
+             WHERE id IN (SELECT id FROM boxcar_jobs WHERE {w} ORDER BY created_at, id LIMIT ? OFFSET ?)"
         );
         let mut q = sqlx::query(&sql).bind(now).bind(now);
         for b in binds {
@@ -623,6 +637,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn prune(&self, p: PruneParams) -> Result<u64, StoreError> {
+        let _w = self.write.lock().await;
         let statuses: Vec<&str> = p
             .statuses
             .iter()
@@ -641,6 +656,7 @@ impl JobStore for SqliteStore {
     }
 
     async fn record_handler_event(&self, e: HandlerEvent) -> Result<(), StoreError> {
+        let _w = self.write.lock().await;
         sqlx::query(
             "INSERT INTO boxcar_handler_events (at, job_type, file, digest, kind, reason) \
              VALUES (?, ?, ?, ?, ?, ?)",

@@ -2,4 +2,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod conformance;
+mod engine;
+mod multiprocess;
 mod support;

@@ -1,1 +1,9 @@
-//! Sandbox integration tests.
+//! Integration tests of the sandbox against the example guests: one binary,
+//! one module per concern. Guests are compiled once per run and cached on
+//! disk under the cargo target dir.
+
+mod common;
+mod hostile;
+mod loading;
+mod outcomes;
+mod timing;

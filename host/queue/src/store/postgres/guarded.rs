@@ -113,7 +113,7 @@ async fn spend(conn: &mut PgConnection, schema: &str, g: &ClaimGuards) -> Result
 pub(super) async fn claim(store: &PostgresStore, p: ClaimParams) -> Result<ClaimResult, StoreError> {
     let t = store.jobs.as_str();
     let schema = store.schema.as_str();
-    let mut tx = store.pool.begin().await?;
+    let mut tx = store.fast.begin().await?;
     let window = i64::from(p.limit.saturating_mul(10).clamp(16, 1000));
     let scope_types: Vec<String> = if p.guards.serialize_by_scope {
         sqlx::query_scalar(&format!(

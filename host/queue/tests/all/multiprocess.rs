@@ -1,0 +1,211 @@
+//! Multi-process tests: real OS processes (the `boxcar-queue-testworker`
+//! binary) sharing one SQLite file or one Postgres schema.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use boxcar_queue::{JobStatus, NewJob, Scope};
+use serde_json::json;
+
+use crate::support::{eventually, Backend, Fixture};
+
+/// A worker process, killed (SIGKILL) when dropped.
+struct Proc(Child);
+
+impl Proc {
+    fn spawn(url: &str, log: &Path, envs: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_boxcar-queue-testworker"));
+        cmd.env("BOXCAR_URL", url)
+            .env("BOXCAR_LOG", log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in envs {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn testworker");
+        let out = child.stdout.take().expect("stdout");
+        let mut first = String::new();
+        BufReader::new(out).read_line(&mut first).expect("read ready");
+        assert_eq!(first.trim(), "ready", "testworker did not start");
+        Self(child)
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// SIGKILL, then reap.
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `(what, job id, pid)` lines of the execution log.
+fn read_log(path: &Path) -> Vec<(String, String, u32)> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.split(' ');
+            let what = it.next()?.to_string();
+            let id = it.next()?.to_string();
+            let pid = it.next()?.parse().ok()?;
+            Some((what, id, pid))
+        })
+        .collect()
+}
+
+fn log_path(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("exec.log")
+}
+
+async fn drain_four_processes(backend: Backend) {
+    let Some(fx) = Fixture::new(backend).await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_path(&dir);
+    let q = fx.queue();
+    const N: usize = 10_000;
+    let mut ids = Vec::with_capacity(N);
+    for chunk in 0..(N / 1000) {
+        let jobs = (0..1000).map(|i| NewJob::new("mp", &json!({"n": chunk * 1000 + i}))).collect();
+        ids.extend(q.add_many(jobs).await.unwrap().into_iter().map(|r| r.id));
+    }
+    let t0 = Instant::now();
+    let mut procs: Vec<Proc> = (0..4)
+        .map(|_| Proc::spawn(&fx.url, &log, &[("BOXCAR_CONCURRENCY", "8"), ("BOXCAR_POLL_MS", "100")]))
+        .collect();
+    let store = fx.store.clone();
+    let done = eventually(Duration::from_secs(180), || {
+        let store = store.clone();
+        async move { store.count_by_status().await.unwrap().succeeded == N as u64 }
+    })
+    .await;
+    let elapsed = t0.elapsed();
+    for p in &mut procs {
+        p.kill();
+    }
+    assert!(done, "not all jobs succeeded: {:?}", fx.store.count_by_status().await.unwrap());
+    let lines = read_log(&log);
+    let mut ends: HashMap<&str, usize> = HashMap::new();
+    let mut by_pid: HashMap<u32, usize> = HashMap::new();
+    for (what, id, pid) in &lines {
+        if what == "end" {
+            *ends.entry(id.as_str()).or_default() += 1;
+            *by_pid.entry(*pid).or_default() += 1;
+        }
+    }
+    for id in &ids {
+        assert_eq!(ends.get(id.as_str()), Some(&1), "job {id} ran {:?} times", ends.get(id.as_str()));
+    }
+    assert_eq!(lines.iter().filter(|l| l.0 == "start").count(), N, "no job started twice");
+    assert!(by_pid.len() >= 2, "work spread over processes: {by_pid:?}");
+    eprintln!("{backend:?}: 4 processes drained {N} jobs in {elapsed:?} ({by_pid:?})");
+    fx.finish().await;
+}
+
+async fn sigkill_recovery(backend: Backend) {
+    let Some(fx) = Fixture::new(backend).await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_path(&dir);
+    let q = fx.queue();
+    let a = q.add(NewJob::new("mp", &json!({})).max_attempts(3)).await.unwrap().id;
+    let b = q.add(NewJob::new("mp", &json!({})).max_attempts(3)).await.unwrap().id;
+    let mut victim = Proc::spawn(
+        &fx.url,
+        &log,
+        &[("BOXCAR_MODE", "sleep:600000"), ("BOXCAR_LEASE_MS", "1000"), ("BOXCAR_POLL_MS", "100")],
+    );
+    let victim_pid = victim.pid();
+    let started = eventually(Duration::from_secs(20), || async {
+        read_log(&log).iter().filter(|l| l.0 == "start").count() == 2
+    })
+    .await;
+    assert!(started, "the victim did not start both jobs");
+    victim.kill();
+    let t0 = Instant::now();
+    let _rescuer = Proc::spawn(&fx.url, &log, &[("BOXCAR_POLL_MS", "100")]);
+    let store = fx.store.clone();
+    let done = eventually(Duration::from_secs(30), || {
+        let store = store.clone();
+        async move { store.count_by_status().await.unwrap().succeeded == 2 }
+    })
+    .await;
+    assert!(done, "jobs of the killed worker were not recovered");
+    for id in [&a, &b] {
+        let j = fx.store.get(id).await.unwrap().unwrap();
+        assert_eq!(j.status, JobStatus::Succeeded);
+        assert_eq!(j.attempts, 2, "the recovery counts as a new attempt");
+    }
+    let lines = read_log(&log);
+    assert!(lines.iter().all(|l| l.0 != "end" || l.2 != victim_pid), "the victim never finished");
+    eprintln!("{backend:?}: recovered after SIGKILL in {:?}", t0.elapsed());
+    fx.finish().await;
+}
+
+async fn cancel_reaches_other_process(backend: Backend) {
+    let Some(fx) = Fixture::new(backend).await else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_path(&dir);
+    let _worker = Proc::spawn(&fx.url, &log, &[("BOXCAR_MODE", "until-cancel")]);
+    let q = fx.queue();
+    let scope = Scope::new("doc", "9");
+    let id = q.add(NewJob::new("mp", &json!({})).scope(scope.clone())).await.unwrap().id;
+    let started = eventually(Duration::from_secs(20), || async {
+        read_log(&log).iter().any(|l| l.0 == "start" && l.1 == id)
+    })
+    .await;
+    assert!(started);
+    let t0 = Instant::now();
+    assert_eq!(q.cancel_for_scope(scope, "document deleted").await.unwrap(), 1);
+    let aborted = eventually(Duration::from_secs(5), || async {
+        read_log(&log).iter().any(|l| l.0 == "cancelled" && l.1 == id)
+    })
+    .await;
+    let took = t0.elapsed();
+    assert!(aborted, "the other process never aborted the job");
+    assert!(took <= Duration::from_millis(1500), "abort took {took:?}, over one poll interval + 1 s");
+    let j = fx.store.get(&id).await.unwrap().unwrap();
+    assert_eq!(j.status, JobStatus::Cancelled);
+    assert_eq!(j.last_error.as_deref(), Some("document deleted"));
+    eprintln!("{backend:?}: cross-process cancel aborted the run in {took:?}");
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_four_processes_drain_10k() {
+    drain_four_processes(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_four_processes_drain_10k() {
+    drain_four_processes(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_sigkill_recovery() {
+    sigkill_recovery(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_sigkill_recovery() {
+    sigkill_recovery(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_cancel_for_scope_reaches_other_process() {
+    cancel_reaches_other_process(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_cancel_for_scope_reaches_other_process() {
+    cancel_reaches_other_process(Backend::Postgres).await;
+}

@@ -1,0 +1,107 @@
+//! Shared fixtures: one sandbox for the whole binary, a recording
+//! `JobServices` double, job builders.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, OnceLock},
+    time::Duration,
+};
+
+use boxcar_queue::{
+    ChildJobRequest, ChildSummary, JobContext, JobRun, JobServices, ServiceError,
+};
+use boxcar_sandbox::{Capabilities, HandlerLimits, LoadedHandler, Sandbox, SandboxConfig};
+use futures::future::BoxFuture;
+use tokio_util::sync::CancellationToken;
+
+/// Tests that keep a core busy (spinning guests, timing measurements) take
+/// this lock so they do not skew each other's timings on small machines.
+pub static CPU: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The compile cache shared by every test in this binary (and across runs).
+pub fn cache_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sandbox-cache")
+}
+
+/// The sandbox shared by all tests.
+pub fn sandbox() -> &'static Sandbox {
+    static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
+    SANDBOX.get_or_init(|| {
+        Sandbox::new(SandboxConfig {
+            cache_dir: Some(cache_dir()),
+            ..SandboxConfig::default()
+        })
+        .expect("sandbox builds")
+    })
+}
+
+/// Loads an example guest with default limits and no capabilities.
+pub fn load(name: &str) -> Arc<LoadedHandler> {
+    load_with(name, HandlerLimits::default(), Capabilities::default())
+}
+
+/// Loads an example guest, memoising per (name, limits, caps).
+pub fn load_with(name: &str, limits: HandlerLimits, caps: Capabilities) -> Arc<LoadedHandler> {
+    type Key = (String, String);
+    static LOADED: OnceLock<Mutex<HashMap<Key, Arc<LoadedHandler>>>> = OnceLock::new();
+    let key = (name.to_string(), format!("{limits:?}{caps:?}"));
+    let map = LOADED.get_or_init(Default::default);
+    if let Some(h) = map.lock().expect("lock").get(&key) {
+        return Arc::clone(h);
+    }
+    let bytes = boxcar_examples::bytes(name);
+    let h = sandbox().load(&bytes, limits, caps).expect("example loads");
+    map.lock().expect("lock").insert(key, Arc::clone(&h));
+    h
+}
+
+/// A job of `job_type` with `payload`, due to stop `timeout` from now.
+pub fn job(job_type: &str, payload: &str, timeout: Duration) -> JobRun {
+    JobRun {
+        id: "job-1".into(),
+        job_type: job_type.into(),
+        payload: payload.into(),
+        attempt: 1,
+        max_attempts: 3,
+        scope: None,
+        schedule_id: None,
+        parent_id: None,
+        deadline: chrono::Utc::now()
+            + chrono::Duration::from_std(timeout).expect("timeout fits"),
+    }
+}
+
+/// Records what a job asked of the host.
+#[derive(Default)]
+pub struct Recorder {
+    pub enqueued: Mutex<Vec<ChildJobRequest>>,
+    pub progress: Mutex<Vec<String>>,
+}
+
+impl JobServices for Recorder {
+    fn progress(&self, json: String) -> BoxFuture<'_, Result<(), ServiceError>> {
+        self.progress.lock().expect("lock").push(json);
+        Box::pin(async { Ok(()) })
+    }
+
+    fn enqueue(&self, request: ChildJobRequest) -> BoxFuture<'_, Result<String, ServiceError>> {
+        let mut all = self.enqueued.lock().expect("lock");
+        all.push(request);
+        let id = format!("child-{}", all.len());
+        Box::pin(async move { Ok(id) })
+    }
+
+    fn children(&self) -> BoxFuture<'_, Result<Vec<ChildSummary>, ServiceError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
+/// A fresh context with a recording services double.
+pub fn new_ctx() -> (JobContext, Arc<Recorder>) {
+    let recorder = Arc::new(Recorder::default());
+    let ctx = JobContext {
+        cancel: CancellationToken::new(),
+        services: recorder.clone(),
+    };
+    (ctx, recorder)
+}

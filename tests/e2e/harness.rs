@@ -1,0 +1,257 @@
+//! The end-to-end harness: a temp dir per test, the real binary, a cleared
+//! environment, `serve` processes that are killed when dropped, and the
+//! full output of every command on failure.
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Child, Command, Output, Stdio},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// The binary under test.
+pub const BOXCAR: &str = env!("CARGO_BIN_EXE_boxcar");
+
+/// A test sandbox: its own directory, database and handlers directory.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+    pub db: String,
+}
+
+impl Env {
+    /// A fresh directory with a SQLite database URL.
+    pub fn sqlite() -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let db = format!("sqlite://{}", dir.path().join("boxcar.db").display());
+        let env = Self { dir, db };
+        std::fs::create_dir_all(env.handlers()).expect("handlers dir");
+        env
+    }
+
+    /// A fresh directory with a database URL of the given store.
+    pub fn with_db(db: String) -> Self {
+        let mut env = Self::sqlite();
+        env.db = db;
+        env
+    }
+
+    /// The handlers directory.
+    pub fn handlers(&self) -> PathBuf {
+        self.dir.path().join("handlers")
+    }
+
+    /// A path inside the test directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// A command with a cleared environment in the test directory.
+    pub fn command(&self) -> Command {
+        let mut command = Command::new(BOXCAR);
+        command
+            .env_clear()
+            .env("HOME", self.dir.path())
+            .env("XDG_CACHE_HOME", shared_cache())
+            .env("BOXCAR_DB", &self.db)
+            .env("BOXCAR_LOG", "info,wasmtime=warn,cranelift=warn")
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// Runs `boxcar ARGS` and returns its output.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command().args(args).output().expect("run boxcar")
+    }
+
+    /// Runs `boxcar ARGS`, asserts success, returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let output = self.run(args);
+        assert!(output.status.success(), "boxcar {args:?} failed:\n{}", describe(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Runs `boxcar --json ARGS` and parses stdout.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let text = self.ok(&all);
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("boxcar {args:?} printed non-JSON ({e}):\n{text}"))
+    }
+
+    /// Starts `boxcar serve --handlers DIR --listen ADDR` with extra args.
+    pub fn serve(&self, name: &str, extra: &[&str]) -> Serve {
+        let log = self.path(&format!("{name}.log"));
+        let file = std::fs::File::create(&log).expect("log file");
+        let listen = format!("127.0.0.1:{}", free_port());
+        let handlers = self.handlers();
+        let mut args = vec![
+            "serve".to_string(),
+            "--handlers".into(),
+            handlers.display().to_string(),
+            "--listen".into(),
+            listen.clone(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let child = self
+            .command()
+            .args(&args)
+            .stdout(file.try_clone().expect("clone log"))
+            .stderr(file)
+            .spawn()
+            .expect("spawn serve");
+        Serve {
+            child: Some(child),
+            log,
+            listen,
+        }
+    }
+
+    /// Copies a bundled example into the handlers directory as `name`, with
+    /// `manifest` as its manifest text (module first, each renamed into place).
+    pub fn deploy(&self, name: &str, example: &str, manifest: &str) {
+        let bytes = boxcar_examples::bytes(example);
+        write_atomically(&self.handlers().join(format!("{name}.wasm")), &bytes);
+        write_atomically(&self.handlers().join(format!("{name}.toml")), manifest.as_bytes());
+    }
+
+    /// Writes a `boxcar.toml` with fast polling (top-level `extra` first) and
+    /// returns its path.
+    pub fn fast_config(&self, extra: &str) -> PathBuf {
+        let path = self.path("boxcar.toml");
+        let text = format!(
+            "{extra}\n[worker]\npoll_interval = \"100ms\"\nbase_backoff = \"100ms\"\nmax_backoff = \"1s\"\nshutdown_grace = \"2s\"\n"
+        );
+        std::fs::write(&path, text).expect("write config");
+        path
+    }
+}
+
+/// Writes through a temporary file and a rename, as operators should.
+pub fn write_atomically(path: &Path, bytes: &[u8]) {
+    let temp = path.with_extension("partial");
+    std::fs::write(&temp, bytes).expect("write");
+    std::fs::rename(&temp, path).expect("rename");
+}
+
+/// One compile cache for the whole test run, so each guest compiles once.
+fn shared_cache() -> PathBuf {
+    let dir = std::env::temp_dir().join("boxcar-e2e-cache");
+    std::fs::create_dir_all(&dir).expect("cache dir");
+    dir
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// stdout and stderr of a finished command, for failure messages.
+pub fn describe(output: &Output) -> String {
+    format!(
+        "status: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A running `boxcar serve`; killed (and its log printed if the test is
+/// failing) when dropped.
+pub struct Serve {
+    child: Option<Child>,
+    pub log: PathBuf,
+    pub listen: String,
+}
+
+impl Serve {
+    /// Everything the process logged so far.
+    pub fn output(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the log contains `needle`.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) {
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if self.output().contains(needle) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("serve never logged {needle:?} within {timeout:?}:\n{}", self.output());
+    }
+
+    /// Kills the process with SIGKILL (no graceful shutdown).
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits for a graceful exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        child.wait().expect("wait")
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- serve log {} ---\n{}", self.log.display(), self.output());
+        }
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after `timeout`.
+pub fn eventually<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The local Postgres URL, or `None` (with a printed reason) outside CI.
+/// In CI (`CI=true`) a missing `DATABASE_URL` fails the test.
+pub fn postgres_url(schema: &str) -> Option<String> {
+    match std::env::var("DATABASE_URL") {
+        Ok(url) if !url.is_empty() => {
+            let separator = if url.contains('?') { '&' } else { '?' };
+            Some(format!("{url}{separator}schema={schema}"))
+        }
+        _ => {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "DATABASE_URL is not set, and CI=true: Postgres tests must run in CI"
+            );
+            eprintln!("skipping: DATABASE_URL is not set (set it to run the Postgres tests)");
+            None
+        }
+    }
+}
+
+/// A unique schema name for one test.
+pub fn unique_schema(test: &str) -> String {
+    format!(
+        "e2e_{test}_{}_{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0)
+    )
+}
