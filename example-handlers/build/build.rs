@@ -22,8 +22,12 @@ use std::{
 
 const TARGET: &str = "wasm32-wasip2";
 
+#[path = "polyglot.rs"]
+mod polyglot;
+
 fn main() {
-    let manifest_dir = PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let manifest_dir =
+        PathBuf::from(env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let root = manifest_dir.join("..").join("..");
     let guests = manifest_dir.join("..").join("rust");
     for watched in [guests.clone(), root.join("guest-sdk"), root.join("wit")] {
@@ -40,7 +44,9 @@ fn main() {
     build_guests(&guests, &target_dir);
 
     let release = target_dir.join(TARGET).join("release");
-    let mut code = String::from("/// Every example guest, built for `wasm32-wasip2`.\npub const ALL: &[Example] = &[\n");
+    let mut code = String::from(
+        "/// Every example guest, built for `wasm32-wasip2`.\npub const ALL: &[Example] = &[\n",
+    );
     for name in &names {
         let wasm = release.join(format!("{}.wasm", name.replace('-', "_")));
         assert!(
@@ -59,6 +65,7 @@ fn main() {
         )
         .expect("writing to a String cannot fail");
     }
+    polyglot::build(&root, &target_dir, &mut code);
     code.push_str("];\n");
     fs::write(out_dir.join("examples.rs"), code).expect("cannot write $OUT_DIR/examples.rs");
 }
@@ -68,7 +75,11 @@ fn main() {
 fn guest_target_dir(root: &Path, out_dir: &Path) -> PathBuf {
     if let Some(dir) = env::var_os("CARGO_TARGET_DIR") {
         let dir = PathBuf::from(dir);
-        let dir = if dir.is_absolute() { dir } else { root.join(dir) };
+        let dir = if dir.is_absolute() {
+            dir
+        } else {
+            root.join(dir)
+        };
         return dir.join("guests");
     }
     let tagged = out_dir
@@ -77,11 +88,7 @@ fn guest_target_dir(root: &Path, out_dir: &Path) -> PathBuf {
     match tagged {
         Some(dir) => dir.join("guests"),
         // OUT_DIR is <target>/<profile>/build/<pkg>/out.
-        None => out_dir
-            .ancestors()
-            .nth(4)
-            .unwrap_or(out_dir)
-            .join("guests"),
+        None => out_dir.ancestors().nth(4).unwrap_or(out_dir).join("guests"),
     }
 }
 
@@ -90,9 +97,18 @@ fn ensure_target(rustc: &OsString) {
     let sysroot = Command::new(rustc)
         .args(["--print", "sysroot"])
         .output()
-        .unwrap_or_else(|e| panic!("cannot run `{} --print sysroot`: {e}", rustc.to_string_lossy()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot run `{} --print sysroot`: {e}",
+                rustc.to_string_lossy()
+            )
+        });
     let sysroot = String::from_utf8_lossy(&sysroot.stdout).trim().to_string();
-    if Path::new(&sysroot).join("lib/rustlib").join(TARGET).is_dir() {
+    if Path::new(&sysroot)
+        .join("lib/rustlib")
+        .join(TARGET)
+        .is_dir()
+    {
         return;
     }
     println!("cargo:warning=installing the {TARGET} target with rustup (needed to build the example guests)");

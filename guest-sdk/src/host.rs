@@ -84,8 +84,7 @@ pub fn enqueue(
     payload: &impl serde::Serialize,
     options: EnqueueOptions,
 ) -> Result<String, HostError> {
-    let payload =
-        serde_json::to_string(payload).map_err(|e| HostError::Invalid(e.to_string()))?;
+    let payload = serde_json::to_string(payload).map_err(|e| HostError::Invalid(e.to_string()))?;
     let options = wit::EnqueueOptions {
         scope: options.scope.map(Scope::into_wit),
         dedupe_key: options.dedupe_key,

@@ -130,7 +130,7 @@ macro_rules! handler {
                 }
             }
 
-            $crate::bindings::__export_handler_world!(BoxcarHandler with_types_in $crate::bindings);
+    $crate::bindings::__export_handler_world!(BoxcarHandler with_types_in $crate::bindings);
         };
     };
 }

@@ -11,11 +11,21 @@ use serde_json::Value;
 use crate::harness::{describe, Env};
 
 /// A minimal HTTP/1.1 request; returns (status, JSON body).
-fn http(address: &str, method: &str, path: &str, body: Option<&str>, token: Option<&str>) -> (u16, Value) {
+fn http(
+    address: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+    token: Option<&str>,
+) -> (u16, Value) {
     let mut stream = TcpStream::connect(address).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(30))).expect("timeout");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .expect("timeout");
     let body = body.unwrap_or("");
-    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     let request = format!(
         "{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\n\r\n{body}",
         body.len()
@@ -23,23 +33,46 @@ fn http(address: &str, method: &str, path: &str, body: Option<&str>, token: Opti
     stream.write_all(request.as_bytes()).expect("write");
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read");
-    let status = response.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status line");
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status line");
     let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-    (status, serde_json::from_str(body).unwrap_or(Value::String(body.to_string())))
+    (
+        status,
+        serde_json::from_str(body).unwrap_or(Value::String(body.to_string())),
+    )
 }
 
 #[test]
 fn enqueue_and_wait_over_a_real_socket() {
     let env = Env::sqlite();
     env.fast_config("");
-    env.deploy("echo", "echo", "[handler]\njob_type = \"echo\"\ntimeout = \"10s\"\n");
+    env.deploy(
+        "echo",
+        "echo",
+        "[handler]\njob_type = \"echo\"\ntimeout = \"10s\"\n",
+    );
     let serve = env.serve("serve", &[]);
     serve.wait_for_log("HTTP API listening", Duration::from_secs(30));
     serve.wait_for_log("handler deployed", Duration::from_secs(30));
-    let (status, added) = http(&serve.listen, "POST", "/jobs", Some(r#"{"job_type":"echo","payload":{"hi":1}}"#), None);
+    let (status, added) = http(
+        &serve.listen,
+        "POST",
+        "/jobs",
+        Some(r#"{"job_type":"echo","payload":{"hi":1}}"#),
+        None,
+    );
     assert_eq!(status, 201, "{added}");
     let id = added["id"].as_str().expect("id");
-    let (status, job) = http(&serve.listen, "GET", &format!("/jobs/{id}/wait?timeout=5s"), None, None);
+    let (status, job) = http(
+        &serve.listen,
+        "GET",
+        &format!("/jobs/{id}/wait?timeout=5s"),
+        None,
+        None,
+    );
     assert_eq!(status, 200, "{job}");
     assert_eq!(job["status"], "succeeded");
     assert_eq!(job["result"]["hi"], 1);
@@ -62,7 +95,13 @@ fn off_loopback_the_api_needs_a_token() {
     let token = "e2e-token-0123456789";
     let mut child = env
         .command()
-        .args(["serve", "--listen", &format!("0.0.0.0:{port}"), "--token", token])
+        .args([
+            "serve",
+            "--listen",
+            &format!("0.0.0.0:{port}"),
+            "--token",
+            token,
+        ])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

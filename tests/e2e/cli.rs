@@ -9,7 +9,10 @@ fn unknown_job_type_is_a_usage_error_with_exit_code_2() {
     let output = env.run(&["enqueue", "nobody.handles.this", "{}"]);
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("unknown job type `nobody.handles.this`"), "{stderr}");
+    assert!(
+        stderr.contains("unknown job type `nobody.handles.this`"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -20,7 +23,10 @@ fn a_bad_payload_is_refused_without_echoing_it() {
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("must be a JSON object"), "{stderr}");
-    assert!(!stderr.contains("s3cr3t"), "the payload never appears in errors: {stderr}");
+    assert!(
+        !stderr.contains("s3cr3t"),
+        "the payload never appears in errors: {stderr}"
+    );
 }
 
 #[test]
@@ -28,7 +34,17 @@ fn enqueue_inspect_cancel_retry_prune_round_trip() {
     let env = Env::sqlite();
     std::fs::write(env.path("boxcar.toml"), "handled_elsewhere = [\"mail\"]\n").expect("config");
     let id = env
-        .ok(&["enqueue", "mail", r#"{"to":"a"}"#, "--scope", "account:7", "--priority", "-1", "--delay", "1h"])
+        .ok(&[
+            "enqueue",
+            "mail",
+            r#"{"to":"a"}"#,
+            "--scope",
+            "account:7",
+            "--priority",
+            "-1",
+            "--delay",
+            "1h",
+        ])
         .trim()
         .to_string();
     let job = env.json(&["job", &id]);
@@ -37,12 +53,27 @@ fn enqueue_inspect_cancel_retry_prune_round_trip() {
     assert_eq!(job["scope"]["id"], "7");
     assert_eq!(job["priority"], -1);
     for key in [
-        "id", "job_type", "status", "attempts", "max_attempts", "last_error", "result", "progress", "scope",
-        "handler_version", "run_at", "started_at", "finished_at", "created_at", "updated_at",
+        "id",
+        "job_type",
+        "status",
+        "attempts",
+        "max_attempts",
+        "last_error",
+        "result",
+        "progress",
+        "scope",
+        "handler_version",
+        "run_at",
+        "started_at",
+        "finished_at",
+        "created_at",
+        "updated_at",
     ] {
         assert!(job.get(key).is_some(), "job --json has {key}: {job}");
     }
-    assert!(job["created_at"].as_str().is_some_and(|t| t.contains('.') && t.ends_with('Z')));
+    assert!(job["created_at"]
+        .as_str()
+        .is_some_and(|t| t.contains('.') && t.ends_with('Z')));
 
     let dup = env.json(&["enqueue", "mail", "{}", "--dedupe-key", "k1"]);
     let again = env.json(&["enqueue", "mail", "{}", "--dedupe-key", "k1"]);
@@ -55,8 +86,14 @@ fn enqueue_inspect_cancel_retry_prune_round_trip() {
     assert!(table.starts_with("ID") && table.contains("mail"), "{table}");
     assert_eq!(env.json(&["counts"])["pending"], 2);
 
-    assert_eq!(env.json(&["cancel", "--type", "mail", "--dedupe-key", "k1"])["cancelled"], 1);
-    assert_eq!(env.json(&["cancel", "--scope", "account:7", "--pending-only"])["cancelled"], 1);
+    assert_eq!(
+        env.json(&["cancel", "--type", "mail", "--dedupe-key", "k1"])["cancelled"],
+        1
+    );
+    assert_eq!(
+        env.json(&["cancel", "--scope", "account:7", "--pending-only"])["cancelled"],
+        1
+    );
     let cancelled = env.json(&["job", &id]);
     assert_eq!(cancelled["status"], "cancelled");
     assert_eq!(env.json(&["retry-failed"])["retried"], 0);
@@ -77,14 +114,22 @@ fn wait_reports_timeout_with_its_own_exit_code() {
 #[test]
 fn check_validates_a_module_and_reports_what_it_gets() {
     let env = Env::sqlite();
-    env.deploy("echo", "echo", "[handler]\njob_type = \"echo\"\n[capabilities]\nmay_enqueue = [\"x\"]\n");
+    env.deploy(
+        "echo",
+        "echo",
+        "[handler]\njob_type = \"echo\"\n[capabilities]\nmay_enqueue = [\"x\"]\n",
+    );
     let module = env.handlers().join("echo.wasm");
     let report = env.json(&["check", module.to_str().expect("utf-8")]);
     assert_eq!(report["job_types"][0], "echo");
     assert_eq!(report["capabilities"]["may_enqueue"][0], "x");
     assert_eq!(report["digest"].as_str().map(str::len), Some(64));
 
-    std::fs::write(env.handlers().join("echo.toml"), "[handler]\njob_type = \"echo\"\nbogus = 1\n").expect("write");
+    std::fs::write(
+        env.handlers().join("echo.toml"),
+        "[handler]\njob_type = \"echo\"\nbogus = 1\n",
+    )
+    .expect("write");
     let output = env.run(&["check", module.to_str().expect("utf-8")]);
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("bogus"));
@@ -98,7 +143,11 @@ fn check_validates_a_module_and_reports_what_it_gets() {
 #[test]
 fn a_bad_config_option_is_named_at_start_up() {
     let env = Env::sqlite();
-    std::fs::write(env.path("boxcar.toml"), "[worker]\nmax_backoff = \"1s\"\nbase_backoff = \"10s\"\n").expect("config");
+    std::fs::write(
+        env.path("boxcar.toml"),
+        "[worker]\nmax_backoff = \"1s\"\nbase_backoff = \"10s\"\n",
+    )
+    .expect("config");
     let output = env.run(&["check"]);
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("max_backoff"));

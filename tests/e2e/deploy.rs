@@ -17,7 +17,11 @@ fn dropping_echo_into_a_running_serve_deploys_it() {
     serve.wait_for_log("handler deployed", Duration::from_secs(10));
     let started = std::time::Instant::now();
     let result = env.ok(&["enqueue", "echo", r#"{"x":1}"#, "--wait", "--timeout", "5s"]);
-    assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
     let result: serde_json::Value = serde_json::from_str(result.trim()).expect("JSON result");
     assert_eq!(result["x"], 1);
 }
@@ -31,25 +35,47 @@ fn replacing_a_module_lets_the_running_job_finish_on_the_old_version() {
     env.deploy("slow", "sleep", manifest);
     serve.wait_for_log("handler deployed", Duration::from_secs(30));
 
-    let old_job = env.ok(&["enqueue", "slow", r#"{"ms": 2500}"#]).trim().to_string();
+    let old_job = env
+        .ok(&["enqueue", "slow", r#"{"ms": 2500}"#])
+        .trim()
+        .to_string();
     eventually(Duration::from_secs(5), "the slow job to start", || {
         (env.json(&["job", &old_job])["status"] == "running").then_some(())
     });
     env.deploy("slow", "echo", manifest);
-    eventually(Duration::from_secs(10), "the new version to be deployed", || {
-        let handlers = env.json(&["handlers"]);
-        let digest = handlers["deployed"][0]["digest"].as_str().map(str::to_string);
-        (serve.output().matches("handler deployed").count() >= 2).then_some(digest)
-    });
-    let new_job = env.ok(&["enqueue", "slow", r#"{"ms": 1}"#, "--wait", "--timeout", "10s"]);
-    assert!(new_job.contains("\"ms\""), "echo returns its payload: {new_job}");
+    eventually(
+        Duration::from_secs(10),
+        "the new version to be deployed",
+        || {
+            let handlers = env.json(&["handlers"]);
+            let digest = handlers["deployed"][0]["digest"]
+                .as_str()
+                .map(str::to_string);
+            (serve.output().matches("handler deployed").count() >= 2).then_some(digest)
+        },
+    );
+    let new_job = env.ok(&[
+        "enqueue",
+        "slow",
+        r#"{"ms": 1}"#,
+        "--wait",
+        "--timeout",
+        "10s",
+    ]);
+    assert!(
+        new_job.contains("\"ms\""),
+        "echo returns its payload: {new_job}"
+    );
 
     let old = env.json(&["job", &old_job]);
     eventually(Duration::from_secs(10), "the slow job to finish", || {
         (env.json(&["job", &old_job])["status"] == "succeeded").then_some(())
     });
     let old_done = env.json(&["job", &old_job]);
-    assert_eq!(old_done["result"]["slept_ms"], 2500, "finished on the old (sleep) module: {old_done}");
+    assert_eq!(
+        old_done["result"]["slept_ms"], 2500,
+        "finished on the old (sleep) module: {old_done}"
+    );
     let jobs = env.json(&["jobs", "--type", "slow"]);
     let versions: Vec<&str> = jobs
         .as_array()
@@ -58,7 +84,10 @@ fn replacing_a_module_lets_the_running_job_finish_on_the_old_version() {
         .filter_map(|j| j["handler_version"].as_str())
         .collect();
     assert_eq!(versions.len(), 2, "{jobs}");
-    assert_ne!(versions[0], versions[1], "old and new jobs record different digests");
+    assert_ne!(
+        versions[0], versions[1],
+        "old and new jobs record different digests"
+    );
     assert_eq!(old["handler_version"], old_done["handler_version"]);
 }
 
@@ -70,23 +99,46 @@ fn corrupt_module_and_unknown_manifest_key_are_rejected_and_old_version_keeps_se
     env.deploy("echo", "echo", ECHO);
     serve.wait_for_log("handler deployed", Duration::from_secs(30));
 
-    crate::harness::write_atomically(&env.handlers().join("echo.wasm"), b"\0asm garbage, not a component");
+    crate::harness::write_atomically(
+        &env.handlers().join("echo.wasm"),
+        b"\0asm garbage, not a component",
+    );
     serve.wait_for_log("handler rejected", Duration::from_secs(10));
-    crate::harness::write_atomically(&env.handlers().join("broken.wasm"), &boxcar_examples::bytes("noop"));
+    crate::harness::write_atomically(
+        &env.handlers().join("broken.wasm"),
+        &boxcar_examples::bytes("noop"),
+    );
     crate::harness::write_atomically(
         &env.handlers().join("broken.toml"),
         b"[handler]\njob_type = \"broken\"\nconcurency = 2\n",
     );
-    let handlers = eventually(Duration::from_secs(10), "both rejections to be recorded", || {
-        let handlers = env.json(&["handlers"]);
-        (handlers["rejected"].as_array().map_or(0, Vec::len) >= 2).then_some(handlers)
-    });
+    let handlers = eventually(
+        Duration::from_secs(10),
+        "both rejections to be recorded",
+        || {
+            let handlers = env.json(&["handlers"]);
+            (handlers["rejected"].as_array().map_or(0, Vec::len) >= 2).then_some(handlers)
+        },
+    );
     let text = handlers.to_string();
-    assert!(text.contains("concurency"), "the unknown key is named: {text}");
+    assert!(
+        text.contains("concurency"),
+        "the unknown key is named: {text}"
+    );
     let human = env.ok(&["handlers"]);
-    assert!(human.contains("rejected") && human.contains("broken"), "{human}");
+    assert!(
+        human.contains("rejected") && human.contains("broken"),
+        "{human}"
+    );
 
-    let result = env.ok(&["enqueue", "echo", r#"{"still": "serving"}"#, "--wait", "--timeout", "5s"]);
+    let result = env.ok(&[
+        "enqueue",
+        "echo",
+        r#"{"still": "serving"}"#,
+        "--wait",
+        "--timeout",
+        "5s",
+    ]);
     assert!(result.contains("serving"), "{result}");
 }
 
@@ -100,9 +152,19 @@ fn removing_the_files_undeploys_the_type() {
     std::fs::remove_file(env.handlers().join("echo.wasm")).expect("remove");
     serve.wait_for_log("handler removed", Duration::from_secs(10));
     let id = env
-        .ok(&["--config", config.to_str().expect("utf-8"), "enqueue", "echo", "{}"])
+        .ok(&[
+            "--config",
+            config.to_str().expect("utf-8"),
+            "enqueue",
+            "echo",
+            "{}",
+        ])
         .trim()
         .to_string();
     std::thread::sleep(Duration::from_millis(700));
-    assert_eq!(env.json(&["job", &id])["status"], "pending", "no host serves echo any more");
+    assert_eq!(
+        env.json(&["job", &id])["status"],
+        "pending",
+        "no host serves echo any more"
+    );
 }

@@ -2,7 +2,7 @@
 
 use std::{collections::HashSet, time::Duration};
 
-use crate::harness::{eventually, postgres_url, unique_schema, Env};
+use crate::harness::{eventually, postgres_schema, Env};
 
 #[test]
 fn a_job_survives_sigkill_of_its_host() {
@@ -15,25 +15,43 @@ fn a_job_survives_sigkill_of_its_host() {
     );
     let mut first = env.serve("first", &[]);
     first.wait_for_log("handler deployed", Duration::from_secs(30));
-    let id = env.ok(&["enqueue", "slow", r#"{"ms": 1500}"#]).trim().to_string();
+    let id = env
+        .ok(&["enqueue", "slow", r#"{"ms": 1500}"#])
+        .trim()
+        .to_string();
     eventually(Duration::from_secs(5), "the job to start", || {
         (env.json(&["job", &id])["status"] == "running").then_some(())
     });
     first.kill9();
-    assert_eq!(env.json(&["job", &id])["status"], "running", "the row still claims to run");
+    assert_eq!(
+        env.json(&["job", &id])["status"],
+        "running",
+        "the row still claims to run"
+    );
 
     let second = env.serve("second", &[]);
     second.wait_for_log("boxcar host started", Duration::from_secs(30));
-    let job = eventually(Duration::from_secs(20), "the job to be recovered and finish", || {
-        let job = env.json(&["job", &id]);
-        (job["status"] == "succeeded").then_some(job)
-    });
-    assert_eq!(job["attempts"], 2, "the recovery counted as a new attempt: {job}");
+    let job = eventually(
+        Duration::from_secs(20),
+        "the job to be recovered and finish",
+        || {
+            let job = env.json(&["job", &id]);
+            (job["status"] == "succeeded").then_some(job)
+        },
+    );
+    assert_eq!(
+        job["attempts"], 2,
+        "the recovery counted as a new attempt: {job}"
+    );
 }
 
 fn share_jobs(env: &Env, jobs: usize) {
     env.fast_config("");
-    env.deploy("echo", "echo", "[handler]\njob_type = \"echo\"\nconcurrency = 8\ntimeout = \"10s\"\n");
+    env.deploy(
+        "echo",
+        "echo",
+        "[handler]\njob_type = \"echo\"\nconcurrency = 8\ntimeout = \"10s\"\n",
+    );
     let a = env.serve("a", &[]);
     let b = env.serve("b", &[]);
     a.wait_for_log("handler deployed", Duration::from_secs(60));
@@ -46,7 +64,13 @@ fn share_jobs(env: &Env, jobs: usize) {
     std::fs::write(&file, serde_json::to_string(&children).expect("json")).expect("write");
     // A flow enqueues every job in one transaction; its parent waits for all of them.
     let parent = env
-        .ok(&["enqueue", "echo", r#"{"parent": true}"#, "--children", file.to_str().expect("utf-8")])
+        .ok(&[
+            "enqueue",
+            "echo",
+            r#"{"parent": true}"#,
+            "--children",
+            file.to_str().expect("utf-8"),
+        ])
         .trim()
         .to_string();
     eventually(Duration::from_secs(120), "every job to finish", || {
@@ -81,7 +105,7 @@ fn two_hosts_share_2000_jobs_on_one_sqlite_file() {
 
 #[test]
 fn two_hosts_share_2000_jobs_on_postgres() {
-    let Some(url) = postgres_url(&unique_schema("share")) else {
+    let Some((url, _drop_schema)) = postgres_schema("share") else {
         return;
     };
     share_jobs(&Env::with_db(url), 2000);
@@ -95,18 +119,36 @@ fn sigterm_stops_claiming_then_releases_unfinished_jobs_after_the_grace() {
         "[worker]\npoll_interval = \"100ms\"\nshutdown_grace = \"500ms\"\nabandon_grace = \"1s\"\n",
     )
     .expect("config");
-    env.deploy("slow", "sleep", "[handler]\njob_type = \"slow\"\ntimeout = \"30s\"\n");
+    env.deploy(
+        "slow",
+        "sleep",
+        "[handler]\njob_type = \"slow\"\ntimeout = \"30s\"\n",
+    );
     let mut serve = env.serve("serve", &[]);
     serve.wait_for_log("handler deployed", Duration::from_secs(30));
-    let id = env.ok(&["enqueue", "slow", r#"{"ms": 20000}"#]).trim().to_string();
+    let id = env
+        .ok(&["enqueue", "slow", r#"{"ms": 20000}"#])
+        .trim()
+        .to_string();
     eventually(Duration::from_secs(5), "the job to start", || {
         (env.json(&["job", &id])["status"] == "running").then_some(())
     });
     let started = std::time::Instant::now();
     let status = serve.terminate();
-    assert!(status.success(), "graceful exit: {status}\n{}", serve.output());
-    assert!(started.elapsed() < Duration::from_secs(5), "shutdown took {:?}", started.elapsed());
+    assert!(
+        status.success(),
+        "graceful exit: {status}\n{}",
+        serve.output()
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
     let job = env.json(&["job", &id]);
-    assert_eq!(job["status"], "pending", "released for another worker: {job}");
+    assert_eq!(
+        job["status"], "pending",
+        "released for another worker: {job}"
+    );
     assert_eq!(job["attempts"], 0, "release gives the attempt back: {job}");
 }

@@ -68,7 +68,11 @@ impl Env {
     /// Runs `boxcar ARGS`, asserts success, returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
         let output = self.run(args);
-        assert!(output.status.success(), "boxcar {args:?} failed:\n{}", describe(&output));
+        assert!(
+            output.status.success(),
+            "boxcar {args:?} failed:\n{}",
+            describe(&output)
+        );
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
@@ -77,7 +81,8 @@ impl Env {
         let mut all = vec!["--json"];
         all.extend_from_slice(args);
         let text = self.ok(&all);
-        serde_json::from_str(&text).unwrap_or_else(|e| panic!("boxcar {args:?} printed non-JSON ({e}):\n{text}"))
+        serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("boxcar {args:?} printed non-JSON ({e}):\n{text}"))
     }
 
     /// Starts `boxcar serve --handlers DIR --listen ADDR` with extra args.
@@ -113,7 +118,10 @@ impl Env {
     pub fn deploy(&self, name: &str, example: &str, manifest: &str) {
         let bytes = boxcar_examples::bytes(example);
         write_atomically(&self.handlers().join(format!("{name}.wasm")), &bytes);
-        write_atomically(&self.handlers().join(format!("{name}.toml")), manifest.as_bytes());
+        write_atomically(
+            &self.handlers().join(format!("{name}.toml")),
+            manifest.as_bytes(),
+        );
     }
 
     /// Writes a `boxcar.toml` with fast polling (top-level `extra` first) and
@@ -182,7 +190,10 @@ impl Serve {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("serve never logged {needle:?} within {timeout:?}:\n{}", self.output());
+        panic!(
+            "serve never logged {needle:?} within {timeout:?}:\n{}",
+            self.output()
+        );
     }
 
     /// Kills the process with SIGKILL (no graceful shutdown).
@@ -196,7 +207,9 @@ impl Serve {
     /// Sends SIGTERM and waits for a graceful exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
-        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
         child.wait().expect("wait")
     }
 }
@@ -208,7 +221,11 @@ impl Drop for Serve {
             let _ = child.wait();
         }
         if std::thread::panicking() {
-            eprintln!("--- serve log {} ---\n{}", self.log.display(), self.output());
+            eprintln!(
+                "--- serve log {} ---\n{}",
+                self.log.display(),
+                self.output()
+            );
         }
     }
 }
@@ -220,7 +237,10 @@ pub fn eventually<T>(timeout: Duration, what: &str, mut check: impl FnMut() -> O
         if let Some(value) = check() {
             return value;
         }
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -242,6 +262,39 @@ pub fn postgres_url(schema: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// Drops a Postgres schema when the test ends (pass or fail).
+pub struct DropSchema {
+    pub base_url: String,
+    pub schema: String,
+}
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(async {
+            use sqlx::Connection;
+            if let Ok(mut conn) = sqlx::PgConnection::connect(&self.base_url).await {
+                let statement = format!("DROP SCHEMA IF EXISTS \"{}\" CASCADE", self.schema);
+                let _ = sqlx::query(&statement).execute(&mut conn).await;
+            }
+        });
+    }
+}
+
+/// A Postgres URL for a fresh schema of its own plus the guard that drops
+/// it, or `None` (with a printed reason) outside CI.
+pub fn postgres_schema(test: &str) -> Option<(String, DropSchema)> {
+    let schema = unique_schema(test);
+    let url = postgres_url(&schema)?;
+    let base_url = std::env::var("DATABASE_URL").unwrap_or_default();
+    Some((url, DropSchema { base_url, schema }))
 }
 
 /// A unique schema name for one test.

@@ -2,8 +2,14 @@
 //! this crate's build script (see `build.rs`), for tests, benchmarks and the
 //! demo.
 //!
-//! Each example is a guest crate in `example-handlers/rust/<name>/` with its
-//! manifest `<name>.toml` beside its `Cargo.toml`.
+//! Each Rust example is a guest crate in `example-handlers/rust/<name>/` with
+//! its manifest `<name>.toml` beside its `Cargo.toml`.
+//!
+//! Python and JavaScript examples (`example-handlers/python/<name>.py`,
+//! `example-handlers/js/<name>.js`, each with `<name>.toml`) are in [`ALL`]
+//! only when their toolchain (componentize-py, componentize-js) was found
+//! at build time (see `polyglot.rs`); they are named by job type, e.g.
+//! `py.echo`, `js.echo`. Use [`has`], [`python_built`] and [`js_built`].
 
 use std::path::Path;
 
@@ -43,6 +49,22 @@ include!(concat!(env!("OUT_DIR"), "/examples.rs"));
 /// The example called `name`, if there is one.
 pub fn get(name: &str) -> Option<&'static Example> {
     ALL.iter().find(|e| e.name == name)
+}
+
+/// Whether an example called `name` was built (Python and JavaScript
+/// examples exist only when their toolchain was found).
+pub fn has(name: &str) -> bool {
+    get(name).is_some()
+}
+
+/// Whether the Python examples (`py.*`) were built (componentize-py found).
+pub fn python_built() -> bool {
+    ALL.iter().any(|e| e.name.starts_with("py."))
+}
+
+/// Whether the JavaScript examples (`js.*`) were built (componentize-js found).
+pub fn js_built() -> bool {
+    ALL.iter().any(|e| e.name.starts_with("js."))
 }
 
 /// The component path of the example called `name`, if there is one.

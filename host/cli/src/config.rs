@@ -212,7 +212,8 @@ impl Config {
         };
         let defaults = WorkerOptions::default();
         let w = raw.worker;
-        let duration = |value: Option<HumanDuration>, default: Duration| value.map_or(default, |d| d.0);
+        let duration =
+            |value: Option<HumanDuration>, default: Duration| value.map_or(default, |d| d.0);
         let worker = WorkerOptions {
             worker_id: w.worker_id.unwrap_or(defaults.worker_id),
             poll_interval: duration(w.poll_interval, defaults.poll_interval),
@@ -227,7 +228,9 @@ impl Config {
             retention: resolve_retention(raw.retention).map_err(invalid)?,
         };
         let mut queue = QueueOptions::default();
-        if let Some(n) = positive_u32("worker.default_max_attempts", w.default_max_attempts).map_err(invalid)? {
+        if let Some(n) =
+            positive_u32("worker.default_max_attempts", w.default_max_attempts).map_err(invalid)?
+        {
             queue.default_max_attempts = n;
         }
         if let Some(bytes) = raw.max_payload {
@@ -246,7 +249,9 @@ impl Config {
             fuel: raw.sandbox.fuel.unwrap_or(false),
         };
         if sandbox.epoch_tick.is_zero() {
-            return Err(invalid("invalid option `sandbox.epoch_tick`: must be positive".into()));
+            return Err(invalid(
+                "invalid option `sandbox.epoch_tick`: must be positive".into(),
+            ));
         }
         if let Some(token) = &raw.token {
             if token.trim().len() < 16 {
@@ -282,7 +287,9 @@ fn positive_u32(key: &str, value: Option<i64>) -> Result<Option<u32>, String> {
         Some(n) if n >= 1 => u32::try_from(n)
             .map(Some)
             .map_err(|_| format!("invalid option `{key}`: {n} is too large")),
-        Some(n) => Err(format!("invalid option `{key}`: must be a positive integer, got {n}")),
+        Some(n) => Err(format!(
+            "invalid option `{key}`: must be a positive integer, got {n}"
+        )),
     }
 }
 
@@ -302,10 +309,17 @@ fn resolve_retention(raw: RawRetention) -> Result<Option<RetentionPolicy>, Strin
         return Err("invalid option `retention.interval`: must be positive".into());
     }
     let statuses = match raw.statuses {
-        None => vec![JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled],
+        None => vec![
+            JobStatus::Succeeded,
+            JobStatus::Failed,
+            JobStatus::Cancelled,
+        ],
         Some(names) => {
             if names.is_empty() {
-                return Err("invalid option `retention.statuses`: must list at least one terminal status".into());
+                return Err(
+                    "invalid option `retention.statuses`: must list at least one terminal status"
+                        .into(),
+                );
             }
             names
                 .iter()
@@ -379,20 +393,50 @@ mod tests {
     fn every_bad_option_is_named() {
         for (text, option) in [
             ("[worker]\npoll_interval = \"0s\"\n", "poll_interval"),
-            ("[worker]\nbase_backoff = \"10m\"\nmax_backoff = \"1m\"\n", "max_backoff"),
-            ("[worker]\ndefault_max_attempts = 0\n", "worker.default_max_attempts"),
+            (
+                "[worker]\nbase_backoff = \"10m\"\nmax_backoff = \"1m\"\n",
+                "max_backoff",
+            ),
+            (
+                "[worker]\ndefault_max_attempts = 0\n",
+                "worker.default_max_attempts",
+            ),
             ("[worker]\nworker_id = \"  \"\n", "worker_id"),
-            ("[worker]\nstarvation_polls = -3\n", "worker.starvation_polls"),
+            (
+                "[worker]\nstarvation_polls = -3\n",
+                "worker.starvation_polls",
+            ),
             ("[retention]\nenabled = true\n", "retention.older_than"),
-            ("[retention]\nenabled = true\nolder_than = \"0s\"\n", "retention.older_than"),
-            ("[retention]\nenabled = true\nolder_than = \"1d\"\ninterval = \"0s\"\n", "retention.interval"),
-            ("[retention]\nenabled = true\nolder_than = \"1d\"\nstatuses = []\n", "retention.statuses"),
-            ("[retention]\nenabled = true\nolder_than = \"1d\"\nstatuses = [\"pending\"]\n", "retention.statuses"),
+            (
+                "[retention]\nenabled = true\nolder_than = \"0s\"\n",
+                "retention.older_than",
+            ),
+            (
+                "[retention]\nenabled = true\nolder_than = \"1d\"\ninterval = \"0s\"\n",
+                "retention.interval",
+            ),
+            (
+                "[retention]\nenabled = true\nolder_than = \"1d\"\nstatuses = []\n",
+                "retention.statuses",
+            ),
+            (
+                "[retention]\nenabled = true\nolder_than = \"1d\"\nstatuses = [\"pending\"]\n",
+                "retention.statuses",
+            ),
             ("[sandbox]\nepoch_tick = \"0ms\"\n", "sandbox.epoch_tick"),
             ("token = \"short\"\n", "token"),
-            ("[pools.api]\nconcurrency = 0\ntypes = [\"a\"]\n", "pools.api.concurrency"),
-            ("[pools.api]\nrate_per_minute = -1\ntypes = [\"a\"]\n", "pools.api.rate_per_minute"),
-            ("[pools.api]\nconcurrency = 2\ntypes = [\"a\"]\ncosts = { a = 0 }\n", "pools.api.costs"),
+            (
+                "[pools.api]\nconcurrency = 0\ntypes = [\"a\"]\n",
+                "pools.api.concurrency",
+            ),
+            (
+                "[pools.api]\nrate_per_minute = -1\ntypes = [\"a\"]\n",
+                "pools.api.rate_per_minute",
+            ),
+            (
+                "[pools.api]\nconcurrency = 2\ntypes = [\"a\"]\ncosts = { a = 0 }\n",
+                "pools.api.costs",
+            ),
             ("pol_interval = \"1s\"\n", "pol_interval"),
             ("[worker]\npoll_interval = \"fast\"\n", "fast"),
         ] {

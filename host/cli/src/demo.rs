@@ -10,8 +10,8 @@
 use std::{sync::Arc, time::Duration};
 
 use boxcar_queue::{
-    connect, Job, JobStatus, LifecycleEvent, LifecycleObserver, NewJob, Queue, QueueOptions, Registry,
-    Scope, Worker, WorkerOptions,
+    connect, Job, JobStatus, LifecycleEvent, LifecycleObserver, NewJob, Queue, QueueOptions,
+    Registry, Scope, Worker, WorkerOptions,
 };
 use boxcar_sandbox::Sandbox;
 use chrono::Utc;
@@ -49,9 +49,20 @@ struct Printer;
 
 impl LifecycleObserver for Printer {
     fn on_transition(&self, event: &LifecycleEvent) {
-        let scope = event.scope.as_ref().map(|s| format!(" [{s}]")).unwrap_or_default();
-        let error = event.error.as_deref().map(|e| format!(" — {}", clip(e, 70))).unwrap_or_default();
-        let took = event.duration.map(|d| format!(" ({} ms)", d.as_millis())).unwrap_or_default();
+        let scope = event
+            .scope
+            .as_ref()
+            .map(|s| format!(" [{s}]"))
+            .unwrap_or_default();
+        let error = event
+            .error
+            .as_deref()
+            .map(|e| format!(" — {}", clip(e, 70)))
+            .unwrap_or_default();
+        let took = event
+            .duration
+            .map(|d| format!(" ({} ms)", d.as_millis()))
+            .unwrap_or_default();
         println!(
             "  {}  {:<16} {:<13} {}{} attempt {}{}{}",
             Utc::now().format("%H:%M:%S%.3f"),
@@ -87,17 +98,24 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let queue = Queue::new(connect(&db).await?, QueueOptions::default())?;
     queue.observe(Arc::new(Printer));
     let registry = Registry::new();
-    let sandbox = Arc::new(Sandbox::new(sandbox_glue::sandbox_config(&SandboxSettings {
-        epoch_tick: Duration::from_millis(1),
-        pooling: true,
-        cache_dir: None,
-        fuel: false,
-    }))?);
+    let sandbox = Arc::new(Sandbox::new(sandbox_glue::sandbox_config(
+        &SandboxSettings {
+            epoch_tick: Duration::from_millis(1),
+            pooling: true,
+            cache_dir: None,
+            fuel: false,
+        },
+    ))?);
     let deployer = Deployer::new(handlers.clone(), sandbox, registry.clone(), queue.clone());
     println!("deploying handlers dropped into {} …", handlers.display());
     deployer.reconcile().await;
     for pair in deployer.deployed() {
-        println!("  deployed {:<13} → {:<13} digest {}", pair.name, pair.job_types.join(","), &pair.digest[..12]);
+        println!(
+            "  deployed {:<13} → {:<13} digest {}",
+            pair.name,
+            pair.job_types.join(","),
+            &pair.digest[..12]
+        );
     }
     for rejection in deployer.rejections() {
         println!("  REJECTED {}: {}", rejection.name, rejection.reason);
@@ -116,13 +134,31 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("\nenqueueing: 4 echo, 1 flaky (succeeds on attempt 3), 1 runaway spin (1 s timeout), 6 account.sync over 2 scopes\n");
     let mut ids = Vec::new();
     for n in 1..=4 {
-        ids.push(queue.add(NewJob::new("echo", &json!({"greeting": "hello", "n": n}))).await?.id);
+        ids.push(
+            queue
+                .add(NewJob::new("echo", &json!({"greeting": "hello", "n": n})))
+                .await?
+                .id,
+        );
     }
-    ids.push(queue.add(NewJob::new("flaky", &json!({"succeed_on": 3, "retry_after_ms": 300}))).await?.id);
+    ids.push(
+        queue
+            .add(NewJob::new(
+                "flaky",
+                &json!({"succeed_on": 3, "retry_after_ms": 300}),
+            ))
+            .await?
+            .id,
+    );
     ids.push(queue.add(NewJob::new("spin", &json!({}))).await?.id);
     for n in 0..6 {
         let scope = Scope::new("account", if n % 2 == 0 { "alice" } else { "bob" });
-        ids.push(queue.add(NewJob::new("account.sync", &json!({"ms": 250})).scope(scope)).await?.id);
+        ids.push(
+            queue
+                .add(NewJob::new("account.sync", &json!({"ms": 250})).scope(scope))
+                .await?
+                .id,
+        );
     }
 
     let deadline = tokio::time::Instant::now() + DEMO_TIMEOUT;
@@ -152,23 +188,59 @@ async fn print_summary(queue: &Queue, jobs: &[Job]) -> anyhow::Result<()> {
             vec![
                 short(&j.id).to_string(),
                 j.job_type.clone(),
-                j.scope.as_ref().map(ToString::to_string).unwrap_or_default(),
+                j.scope
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
                 j.status.as_str().to_string(),
                 format!("{}/{}", j.attempts, j.max_attempts),
                 ran_ms,
-                clip(j.result.as_deref().or(j.last_error.as_deref()).unwrap_or(""), 50),
+                clip(
+                    j.result
+                        .as_deref()
+                        .or(j.last_error.as_deref())
+                        .unwrap_or(""),
+                    50,
+                ),
             ]
         })
         .collect();
-    print!("{}", table(&["JOB", "TYPE", "SCOPE", "STATUS", "ATTEMPTS", "LAST RUN MS", "RESULT / ERROR"], &rows));
+    print!(
+        "{}",
+        table(
+            &[
+                "JOB",
+                "TYPE",
+                "SCOPE",
+                "STATUS",
+                "ATTEMPTS",
+                "LAST RUN MS",
+                "RESULT / ERROR"
+            ],
+            &rows
+        )
+    );
 
-    let succeeded = jobs.iter().filter(|j| j.status == JobStatus::Succeeded).count();
-    let retried = jobs.iter().filter(|j| j.attempts > 1 && j.status == JobStatus::Succeeded).count();
+    let succeeded = jobs
+        .iter()
+        .filter(|j| j.status == JobStatus::Succeeded)
+        .count();
+    let retried = jobs
+        .iter()
+        .filter(|j| j.attempts > 1 && j.status == JobStatus::Succeeded)
+        .count();
     let aborted = jobs
         .iter()
-        .filter(|j| j.last_error.as_deref().is_some_and(|e| e.contains("timed out")))
+        .filter(|j| {
+            j.last_error
+                .as_deref()
+                .is_some_and(|e| e.contains("timed out"))
+        })
         .count();
-    let scoped: Vec<&Job> = jobs.iter().filter(|j| j.job_type == "account.sync").collect();
+    let scoped: Vec<&Job> = jobs
+        .iter()
+        .filter(|j| j.job_type == "account.sync")
+        .collect();
     let overlaps = overlapping_pairs(&scoped);
     let counts = queue.count_by_status().await?;
     println!(

@@ -89,7 +89,9 @@ pub enum DeployError {
         message: String,
     },
     /// Another pair already serves one of the types.
-    #[error("{path}: job type `{job_type}` is already served by {other}; one job type has one handler")]
+    #[error(
+        "{path}: job type `{job_type}` is already served by {other}; one job type has one handler"
+    )]
     TypeTaken {
         /// The manifest file.
         path: PathBuf,
@@ -196,7 +198,12 @@ pub struct Deployer {
 
 impl Deployer {
     /// A deployer for `dir`; call [`Deployer::reconcile`] or [`Deployer::watch`].
-    pub fn new(dir: PathBuf, sandbox: Arc<Sandbox>, registry: Arc<Registry>, queue: Queue) -> Arc<Self> {
+    pub fn new(
+        dir: PathBuf,
+        sandbox: Arc<Sandbox>,
+        registry: Arc<Registry>,
+        queue: Queue,
+    ) -> Arc<Self> {
         Arc::new(Self {
             dir,
             sandbox,
@@ -209,12 +216,22 @@ impl Deployer {
 
     /// Deployed pairs on this host.
     pub fn deployed(&self) -> Vec<DeployedPair> {
-        self.state.lock().deployed.values().map(|(_, pair)| pair.clone()).collect()
+        self.state
+            .lock()
+            .deployed
+            .values()
+            .map(|(_, pair)| pair.clone())
+            .collect()
     }
 
     /// The latest rejection per pair that is still current.
     pub fn rejections(&self) -> Vec<Rejection> {
-        self.state.lock().rejected.values().map(|(_, r)| r.clone()).collect()
+        self.state
+            .lock()
+            .rejected
+            .values()
+            .map(|(_, r)| r.clone())
+            .collect()
     }
 
     /// One pass: deploy new and changed pairs, undeploy removed ones.
@@ -230,7 +247,12 @@ impl Deployer {
         let present: BTreeSet<String> = pairs.keys().cloned().collect();
         let gone: Vec<String> = {
             let state = self.state.lock();
-            state.deployed.keys().filter(|name| !present.contains(*name)).cloned().collect()
+            state
+                .deployed
+                .keys()
+                .filter(|name| !present.contains(*name))
+                .cloned()
+                .collect()
         };
         for name in gone {
             self.undeploy(&name).await;
@@ -245,8 +267,14 @@ impl Deployer {
             };
             {
                 let state = self.state.lock();
-                let same_deployed = state.deployed.get(&name).is_some_and(|(f, _)| *f == fingerprint);
-                let same_rejected = state.rejected.get(&name).is_some_and(|(f, _)| *f == fingerprint);
+                let same_deployed = state
+                    .deployed
+                    .get(&name)
+                    .is_some_and(|(f, _)| *f == fingerprint);
+                let same_rejected = state
+                    .rejected
+                    .get(&name)
+                    .is_some_and(|(f, _)| *f == fingerprint);
                 if same_deployed || same_rejected {
                     continue;
                 }
@@ -276,13 +304,21 @@ impl Deployer {
                         at: time(Utc::now()),
                         reason,
                     };
-                    self.state.lock().rejected.insert(name, (fingerprint, rejection));
+                    self.state
+                        .lock()
+                        .rejected
+                        .insert(name, (fingerprint, rejection));
                 }
             }
         }
     }
 
-    async fn deploy(&self, name: &str, module: &Path, manifest: &Path) -> Result<DeployedPair, DeployError> {
+    async fn deploy(
+        &self,
+        name: &str,
+        module: &Path,
+        manifest: &Path,
+    ) -> Result<DeployedPair, DeployError> {
         let prepared = prepare(&self.sandbox, module, manifest).await?;
         let manifest = &prepared.manifest;
         let previous_types: Vec<String> = self
@@ -295,11 +331,9 @@ impl Deployer {
         {
             let state = self.state.lock();
             for job_type in &manifest.job_types {
-                if let Some((other, _)) = state
-                    .deployed
-                    .iter()
-                    .find(|(other, (_, pair))| other.as_str() != name && pair.job_types.contains(job_type))
-                {
+                if let Some((other, _)) = state.deployed.iter().find(|(other, (_, pair))| {
+                    other.as_str() != name && pair.job_types.contains(job_type)
+                }) {
                     return Err(DeployError::TypeTaken {
                         path: manifest.path.clone(),
                         job_type: job_type.clone(),
@@ -310,12 +344,12 @@ impl Deployer {
         }
         let validator: Option<Arc<dyn PayloadValidator>> = match &manifest.payload_schema {
             None => None,
-            Some(schema) => Some(Arc::new(JsonSchemaValidator::new(schema).map_err(|message| {
-                DeployError::Registry {
+            Some(schema) => Some(Arc::new(JsonSchemaValidator::new(schema).map_err(
+                |message| DeployError::Registry {
                     path: manifest.path.clone(),
                     message,
-                }
-            })?)),
+                },
+            )?)),
         };
         let handler: Arc<dyn boxcar_queue::Handler> = prepared.handler.clone();
         for job_type in &manifest.job_types {
@@ -338,7 +372,10 @@ impl Deployer {
                     message: error.to_string(),
                 })?;
         }
-        for stale in previous_types.iter().filter(|t| !manifest.job_types.contains(t)) {
+        for stale in previous_types
+            .iter()
+            .filter(|t| !manifest.job_types.contains(t))
+        {
             self.registry.remove(stale);
         }
         for job_type in &manifest.job_types {
@@ -376,7 +413,13 @@ impl Deployer {
             self.registry.remove(job_type);
             if let Err(error) = self
                 .queue
-                .record_handler_event(HandlerEventKind::Removed, Some(job_type), Some(name), Some(&pair.digest), None)
+                .record_handler_event(
+                    HandlerEventKind::Removed,
+                    Some(job_type),
+                    Some(name),
+                    Some(&pair.digest),
+                    None,
+                )
                 .await
             {
                 tracing::warn!(%error, "could not record the removal");
@@ -396,13 +439,15 @@ impl Deployer {
             }
         });
         let _watcher = match watcher {
-            Ok(mut watcher) => match watcher.watch(&self.dir, notify::RecursiveMode::NonRecursive) {
-                Ok(()) => Some(watcher),
-                Err(error) => {
-                    tracing::warn!(%error, "cannot watch the handlers directory; rescanning every few seconds instead");
-                    None
+            Ok(mut watcher) => {
+                match watcher.watch(&self.dir, notify::RecursiveMode::NonRecursive) {
+                    Ok(()) => Some(watcher),
+                    Err(error) => {
+                        tracing::warn!(%error, "cannot watch the handlers directory; rescanning every few seconds instead");
+                        None
+                    }
                 }
-            },
+            }
             Err(error) => {
                 tracing::warn!(%error, "no file watcher; rescanning every few seconds instead");
                 None

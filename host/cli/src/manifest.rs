@@ -209,13 +209,17 @@ impl Manifest {
             }
         };
         if job_types.is_empty() {
-            return Err(invalid("handler.job_types is empty: list at least one job type".into()));
+            return Err(invalid(
+                "handler.job_types is empty: list at least one job type".into(),
+            ));
         }
         let mut seen = BTreeSet::new();
         for job_type in &job_types {
             check_name("handler.job_type", job_type).map_err(invalid)?;
             if !seen.insert(job_type) {
-                return Err(invalid(format!("handler.job_types lists `{job_type}` twice")));
+                return Err(invalid(format!(
+                    "handler.job_types lists `{job_type}` twice"
+                )));
             }
         }
 
@@ -227,11 +231,15 @@ impl Manifest {
             .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
         let timeout = handler.timeout.map_or(DEFAULT_TIMEOUT, |d| d.0);
         if timeout.is_zero() {
-            return Err(invalid("handler.timeout must be positive, e.g. \"30s\"".into()));
+            return Err(invalid(
+                "handler.timeout must be positive, e.g. \"30s\"".into(),
+            ));
         }
         let lease_duration = handler.lease_duration.map(|d| d.0);
         if lease_duration.is_some_and(|d| d.is_zero()) {
-            return Err(invalid("handler.lease_duration must be positive, e.g. \"30s\"".into()));
+            return Err(invalid(
+                "handler.lease_duration must be positive, e.g. \"30s\"".into(),
+            ));
         }
         for (key, list) in [
             ("handler.not_while_running", &handler.not_while_running),
@@ -269,7 +277,9 @@ impl Manifest {
             max_progress: limits.max_progress.map_or(DEFAULT_MAX_PROGRESS, |b| b.0),
             max_enqueues: positive("limits.max_enqueues", limits.max_enqueues)
                 .map_err(invalid)?
-                .map_or(DEFAULT_MAX_ENQUEUES, |n| u32::try_from(n).unwrap_or(u32::MAX)),
+                .map_or(DEFAULT_MAX_ENQUEUES, |n| {
+                    u32::try_from(n).unwrap_or(u32::MAX)
+                }),
         };
         if limits.memory < 1024 * 1024 {
             return Err(invalid(
@@ -401,7 +411,10 @@ mod tests {
         assert_eq!(manifest.limits.max_progress, 512);
         assert_eq!(manifest.limits.max_enqueues, 3);
         assert_eq!(manifest.capabilities.may_enqueue, vec!["e"]);
-        assert!(manifest.sha256.as_deref().is_some_and(|s| s.starts_with("abcdef")));
+        assert!(manifest
+            .sha256
+            .as_deref()
+            .is_some_and(|s| s.starts_with("abcdef")));
     }
 
     #[test]
@@ -418,15 +431,36 @@ mod tests {
         for (text, key) in [
             ("[handler]\n", "job_type"),
             ("[handler]\njob_type = \"\"\n", "empty"),
-            ("[handler]\njob_type = \"a\"\nconcurrency = 0\n", "handler.concurrency"),
-            ("[handler]\njob_type = \"a\"\nmax_attempts = -1\n", "handler.max_attempts"),
-            ("[handler]\njob_type = \"a\"\ntimeout = \"0s\"\n", "handler.timeout"),
+            (
+                "[handler]\njob_type = \"a\"\nconcurrency = 0\n",
+                "handler.concurrency",
+            ),
+            (
+                "[handler]\njob_type = \"a\"\nmax_attempts = -1\n",
+                "handler.max_attempts",
+            ),
+            (
+                "[handler]\njob_type = \"a\"\ntimeout = \"0s\"\n",
+                "handler.timeout",
+            ),
             ("[handler]\njob_type = \"a\"\ntimeout = \"soon\"\n", "soon"),
-            ("[handler]\njob_type = \"a\"\nsha256 = \"xyz\"\n", "handler.sha256"),
-            ("[handler]\njob_type = \"a\"\n[limits]\nmemory = \"1KiB\"\n", "limits.memory"),
-            ("[handler]\njob_type = \"a\"\njob_types = [\"b\"]\n", "not both"),
+            (
+                "[handler]\njob_type = \"a\"\nsha256 = \"xyz\"\n",
+                "handler.sha256",
+            ),
+            (
+                "[handler]\njob_type = \"a\"\n[limits]\nmemory = \"1KiB\"\n",
+                "limits.memory",
+            ),
+            (
+                "[handler]\njob_type = \"a\"\njob_types = [\"b\"]\n",
+                "not both",
+            ),
             ("[handler]\njob_types = [\"a\", \"a\"]\n", "twice"),
-            ("[handler]\njob_type = \"a\"\npayload_schema = \"missing.json\"\n", "payload_schema"),
+            (
+                "[handler]\njob_type = \"a\"\npayload_schema = \"missing.json\"\n",
+                "payload_schema",
+            ),
         ] {
             let error = parse(text).unwrap_err().to_string();
             assert!(error.contains(key), "{text:?} gave {error}");

@@ -45,7 +45,13 @@ mod tests {
 
     #[test]
     fn columns_align_and_cells_clip() {
-        let text = table(&["id", "status"], &[vec!["1".into(), "ok".into()], vec!["1234".into(), "failed".into()]]);
+        let text = table(
+            &["id", "status"],
+            &[
+                vec!["1".into(), "ok".into()],
+                vec!["1234".into(), "failed".into()],
+            ],
+        );
         assert_eq!(text, "id    status\n1     ok\n1234  failed\n");
         assert_eq!(clip("abcdef", 4), "abc…");
     }

@@ -15,7 +15,9 @@ pub fn limits(manifest: &Manifest) -> HandlerLimits {
         max_result: to_usize(manifest.limits.max_result),
         max_progress: to_usize(manifest.limits.max_progress),
         max_log: to_usize(manifest.limits.max_log),
-        max_log_line: defaults.max_log_line.min(to_usize(manifest.limits.max_log).max(1)),
+        max_log_line: defaults
+            .max_log_line
+            .min(to_usize(manifest.limits.max_log).max(1)),
         max_enqueues: manifest.limits.max_enqueues,
         ..defaults
     }

@@ -29,7 +29,11 @@ impl PayloadValidator for JsonSchemaValidator {
             Some(error) => {
                 let pointer = error.instance_path().to_string();
                 Err(SchemaFailure {
-                    pointer: if pointer.is_empty() { "/".into() } else { pointer },
+                    pointer: if pointer.is_empty() {
+                        "/".into()
+                    } else {
+                        pointer
+                    },
                     reason: format!("fails the `{}` rule of the payload schema", keyword(&error)),
                 })
             }
@@ -39,7 +43,11 @@ impl PayloadValidator for JsonSchemaValidator {
 
 fn keyword(error: &jsonschema::ValidationError<'_>) -> String {
     let path = error.schema_path().to_string();
-    path.rsplit('/').next().filter(|k| !k.is_empty()).unwrap_or("schema").to_string()
+    path.rsplit('/')
+        .next()
+        .filter(|k| !k.is_empty())
+        .unwrap_or("schema")
+        .to_string()
 }
 
 #[cfg(test)]

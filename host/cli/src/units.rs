@@ -80,7 +80,10 @@ mod tests {
         assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_duration("7d"), Ok(Duration::from_secs(7 * 86_400)));
         let error = parse_duration("soon").unwrap_err();
-        assert!(error.contains("`soon`") && error.contains("\"30s\""), "{error}");
+        assert!(
+            error.contains("`soon`") && error.contains("\"30s\""),
+            "{error}"
+        );
     }
 
     #[test]

@@ -1,25 +1,33 @@
 //! `cargo bench -p boxcar-queue`: the drain and latency workloads with a
 //! native no-op handler on SQLite (temp file) and, when DATABASE_URL is set,
 //! on Postgres (a fresh schema, dropped afterwards). Prints one JSON line
-//! per run. `BOXCAR_BENCH_STORES=sqlite,postgres` selects stores.
+//! per run. `BOXCAR_BENCH_STORES=sqlite,postgres` selects stores. On
+//! Postgres a third run, `latency-notify`, enqueues through a separate
+//! connection pool so the worker is woken by LISTEN/NOTIFY alone.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 
-use boxcar_queue::bench::{drain, latency, BenchConfig, NoopHandler};
+use boxcar_queue::bench::{drain, latency, latency_notify, BenchConfig, NoopHandler};
 use boxcar_queue::store::postgres::PostgresStore;
 use boxcar_queue::store::sqlite::SqliteStore;
 use boxcar_queue::JobStore;
 
-async fn run(store: Arc<dyn JobStore>, cfg: &BenchConfig) {
+async fn run(store: Arc<dyn JobStore>, producer: Option<Arc<dyn JobStore>>, cfg: &BenchConfig) {
     let h: Arc<dyn boxcar_queue::Handler> = Arc::new(NoopHandler);
     match drain(store.clone(), h.clone(), cfg).await {
         Ok(r) => println!("{}", r.to_json_line()),
         Err(e) => eprintln!("drain on {} failed: {e}", store.backend()),
     }
-    match latency(store.clone(), h, cfg).await {
+    match latency(store.clone(), h.clone(), cfg).await {
         Ok(r) => println!("{}", r.to_json_line()),
         Err(e) => eprintln!("latency on {} failed: {e}", store.backend()),
+    }
+    if let Some(producer) = producer {
+        match latency_notify(store.clone(), producer, h, cfg).await {
+            Ok(r) => println!("{}", r.to_json_line()),
+            Err(e) => eprintln!("latency-notify on {} failed: {e}", store.backend()),
+        }
     }
 }
 
@@ -33,9 +41,11 @@ async fn main() {
     if stores.contains("sqlite") {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bench.db");
-        let store = SqliteStore::open(&path.display().to_string()).await.unwrap();
+        let store = SqliteStore::open(&path.display().to_string())
+            .await
+            .unwrap();
         store.migrate().await.unwrap();
-        run(Arc::new(store), &cfg).await;
+        run(Arc::new(store), None, &cfg).await;
     }
     if stores.contains("postgres") {
         match std::env::var("DATABASE_URL") {
@@ -43,7 +53,8 @@ async fn main() {
                 let schema = format!("bench_{}", uuid::Uuid::new_v4().simple());
                 let store = Arc::new(PostgresStore::connect(&url, &schema).await.unwrap());
                 store.migrate().await.unwrap();
-                run(store.clone(), &cfg).await;
+                let producer = Arc::new(PostgresStore::connect(&url, &schema).await.unwrap());
+                run(store.clone(), Some(producer), &cfg).await;
                 store.drop_schema().await.unwrap();
             }
             Err(_) => eprintln!("skipping Postgres benchmark: DATABASE_URL is not set"),

@@ -198,7 +198,13 @@ impl LifecycleObserver for Counter {
 
 /// Waits until `n` jobs succeeded: observer-driven, with a store check every
 /// 250 ms in case an event was dropped.
-async fn wait_done(queue: &Queue, counter: &Counter, job_type: &str, n: usize, timeout: Duration) -> Result<(), BenchError> {
+async fn wait_done(
+    queue: &Queue,
+    counter: &Counter,
+    job_type: &str,
+    n: usize,
+    timeout: Duration,
+) -> Result<(), BenchError> {
     let deadline = Instant::now() + timeout;
     let mut last_check = Instant::now();
     loop {
@@ -242,7 +248,11 @@ fn fresh_type(prefix: &str) -> String {
 ///
 /// # Errors
 /// A store, enqueue or registration failure, or a timeout.
-pub async fn drain(store: Arc<dyn JobStore>, handler: Arc<dyn Handler>, cfg: &BenchConfig) -> Result<BenchResult, BenchError> {
+pub async fn drain(
+    store: Arc<dyn JobStore>,
+    handler: Arc<dyn Handler>,
+    cfg: &BenchConfig,
+) -> Result<BenchResult, BenchError> {
     let job_type = fresh_type("drain");
     let queue = Queue::new(store.clone(), QueueOptions::default())?;
     let payload = serde_json::json!({"bench": true});
@@ -285,13 +295,45 @@ pub async fn drain(store: Arc<dyn JobStore>, handler: Arc<dyn Handler>, cfg: &Be
     })
 }
 
-/// The latency workload.
+/// The latency workload, producer and worker in one process (an enqueue
+/// wakes the local dispatcher directly).
 ///
 /// # Errors
 /// A store, enqueue or registration failure, or a timeout.
-pub async fn latency(store: Arc<dyn JobStore>, handler: Arc<dyn Handler>, cfg: &BenchConfig) -> Result<BenchResult, BenchError> {
+pub async fn latency(
+    store: Arc<dyn JobStore>,
+    handler: Arc<dyn Handler>,
+    cfg: &BenchConfig,
+) -> Result<BenchResult, BenchError> {
+    latency_with_producer(store.clone(), store, handler, cfg, "latency").await
+}
+
+/// The latency workload with the producer on its own store connection
+/// (`producer`, opened separately on the same database), so only the
+/// store's own wake-up (LISTEN/NOTIFY on Postgres) reaches the worker.
+/// Reported as workload `latency-notify`.
+///
+/// # Errors
+/// A store, enqueue or registration failure, or a timeout.
+pub async fn latency_notify(
+    store: Arc<dyn JobStore>,
+    producer: Arc<dyn JobStore>,
+    handler: Arc<dyn Handler>,
+    cfg: &BenchConfig,
+) -> Result<BenchResult, BenchError> {
+    latency_with_producer(store, producer, handler, cfg, "latency-notify").await
+}
+
+async fn latency_with_producer(
+    store: Arc<dyn JobStore>,
+    producer: Arc<dyn JobStore>,
+    handler: Arc<dyn Handler>,
+    cfg: &BenchConfig,
+    workload: &str,
+) -> Result<BenchResult, BenchError> {
     let job_type = fresh_type("latency");
     let queue = Queue::new(store.clone(), QueueOptions::default())?;
+    let producer = Queue::new(producer, QueueOptions::default())?;
     let starts = Arc::new(Mutex::new(HashMap::new()));
     let timed = Arc::new(Timed {
         inner: handler,
@@ -308,7 +350,7 @@ pub async fn latency(store: Arc<dyn JobStore>, handler: Arc<dyn Handler>, cfg: &
     let mut single = Duration::ZERO;
     for _ in 0..cfg.latency_jobs {
         let before = Instant::now();
-        let id = queue.add(NewJob::new(&job_type, &payload)).await?.id;
+        let id = producer.add(NewJob::new(&job_type, &payload)).await?.id;
         let committed = Instant::now();
         single += committed - before;
         enqueued.push((id, committed));
@@ -321,13 +363,17 @@ pub async fn latency(store: Arc<dyn JobStore>, handler: Arc<dyn Handler>, cfg: &
     let starts = starts.lock();
     let mut lat: Vec<f64> = enqueued
         .iter()
-        .filter_map(|(id, at)| starts.get(id).map(|s| s.duration_since(*at).as_secs_f64() * 1000.0))
+        .filter_map(|(id, at)| {
+            starts
+                .get(id)
+                .map(|s| s.duration_since(*at).as_secs_f64() * 1000.0)
+        })
         .collect();
     lat.sort_by(f64::total_cmp);
     Ok(BenchResult {
         system: cfg.system.clone(),
         store: store.backend().to_string(),
-        workload: "latency".into(),
+        workload: workload.into(),
         n: cfg.latency_jobs,
         c: cfg.latency_concurrency,
         enqueue_batch_per_s: None,

@@ -100,25 +100,31 @@ impl Default for ObserverHub {
 }
 
 impl ObserverHub {
-    /// Adds an observer (starts the delivery task on first use; needs a
-    /// tokio runtime).
+    /// Adds an observer (starts the delivery thread on first use).
     pub fn add(&self, observer: Arc<dyn LifecycleObserver>) {
         self.observers.write().push(observer);
         let mut tx = self.tx.lock();
         if tx.is_none() {
             let (s, mut r) = mpsc::channel::<LifecycleEvent>(CHANNEL);
             let observers = self.observers.clone();
-            tokio::spawn(async move {
-                while let Some(ev) = r.recv().await {
-                    let list = observers.read().clone();
-                    for o in list {
-                        if catch_unwind(AssertUnwindSafe(|| o.on_transition(&ev))).is_err() {
-                            tracing::error!(job_id = %ev.job_id, "a lifecycle observer panicked; event skipped for it");
+            let spawned = std::thread::Builder::new()
+                .name("boxcar-observers".into())
+                .spawn(move || {
+                    while let Some(ev) = r.blocking_recv() {
+                        let list = observers.read().clone();
+                        for o in list {
+                            if catch_unwind(AssertUnwindSafe(|| o.on_transition(&ev))).is_err() {
+                                tracing::error!(job_id = %ev.job_id, "a lifecycle observer panicked; event skipped for it");
+                            }
                         }
                     }
+                });
+            match spawned {
+                Ok(_) => *tx = Some(s),
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the observer thread; observers get no events")
                 }
-            });
-            *tx = Some(s);
+            }
         }
     }
 

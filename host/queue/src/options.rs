@@ -168,7 +168,9 @@ impl WorkerOptions {
             if let Some(s) = r.statuses.iter().find(|s| !s.is_terminal()) {
                 return Err(err(
                     "retention.statuses",
-                    format!("`{s}` is not terminal; only succeeded, failed, cancelled can be pruned"),
+                    format!(
+                        "`{s}` is not terminal; only succeeded, failed, cancelled can be pruned"
+                    ),
                 ));
             }
         }

@@ -14,7 +14,9 @@ use tokio::sync::Notify;
 
 use crate::handler::Scope;
 use crate::inflight::{AbortReason, InFlight};
-use crate::job::{AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, NewJob, StatusCounts};
+use crate::job::{
+    AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, NewJob, StatusCounts,
+};
 use crate::observer::{LifecycleEvent, LifecycleObserver, LifecycleOutcome, ObserverHub};
 use crate::options::{OptionsError, QueueOptions};
 use crate::registry::Registry;
@@ -211,7 +213,11 @@ impl Queue {
     ///
     /// # Errors
     /// Validation failed or the store failed.
-    pub async fn add_flow(&self, parent: NewJob, children: Vec<NewJob>) -> Result<String, QueueError> {
+    pub async fn add_flow(
+        &self,
+        parent: NewJob,
+        children: Vec<NewJob>,
+    ) -> Result<String, QueueError> {
         let parent = self.prepare(parent)?;
         let parent_id = parent.id.clone();
         let mut all = vec![parent];
@@ -283,7 +289,11 @@ impl Queue {
         self.inner.store.count_by_status().await
     }
 
-    async fn cancel_target(&self, target: CancelTarget, reason: &str) -> Result<Vec<CancelledJob>, StoreError> {
+    async fn cancel_target(
+        &self,
+        target: CancelTarget,
+        reason: &str,
+    ) -> Result<Vec<CancelledJob>, StoreError> {
         let out = self
             .inner
             .store
@@ -293,7 +303,8 @@ impl Queue {
             })
             .await?;
         for c in &out {
-            let aborted_here = c.was_running && self.inner.inflight.abort(&c.id, AbortReason::Cancelled);
+            let aborted_here =
+                c.was_running && self.inner.inflight.abort(&c.id, AbortReason::Cancelled);
             if !aborted_here {
                 self.emit(LifecycleEvent {
                     job_id: c.id.clone(),
@@ -337,7 +348,11 @@ impl Queue {
     ///
     /// # Errors
     /// The store failed.
-    pub async fn cancel_pending_for_scope(&self, scope: Scope, reason: &str) -> Result<usize, StoreError> {
+    pub async fn cancel_pending_for_scope(
+        &self,
+        scope: Scope,
+        reason: &str,
+    ) -> Result<usize, StoreError> {
         let t = CancelTarget::Scope {
             scope,
             include_running: false,
@@ -377,11 +392,19 @@ impl Queue {
     ///
     /// # Errors
     /// The store failed.
-    pub async fn prune(&self, older_than: DateTime<Utc>, statuses: &[JobStatus]) -> Result<u64, StoreError> {
+    pub async fn prune(
+        &self,
+        older_than: DateTime<Utc>,
+        statuses: &[JobStatus],
+    ) -> Result<u64, StoreError> {
         let statuses = if statuses.is_empty() {
             JobStatus::TERMINAL.to_vec()
         } else {
-            statuses.iter().copied().filter(|s| s.is_terminal()).collect()
+            statuses
+                .iter()
+                .copied()
+                .filter(|s| s.is_terminal())
+                .collect()
         };
         self.inner
             .store

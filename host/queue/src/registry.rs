@@ -320,12 +320,18 @@ impl Registry {
                 return Err(bad("declare concurrency, rate_per_minute or both".into()));
             }
             if p.concurrency == Some(0) || p.rate_per_minute == Some(0) {
-                return Err(bad("concurrency and rate_per_minute must be positive".into()));
+                return Err(bad(
+                    "concurrency and rate_per_minute must be positive".into()
+                ));
             }
             if p.types.is_empty() {
                 return Err(bad("list at least one member type".into()));
             }
-            if p.costs.values().chain(p.rate_costs.values()).any(|c| *c == 0) {
+            if p.costs
+                .values()
+                .chain(p.rate_costs.values())
+                .any(|c| *c == 0)
+            {
                 return Err(bad("costs must be positive".into()));
             }
             for t in &p.types {
@@ -347,7 +353,11 @@ impl Registry {
             g.not_while_running = e.settings.not_while_running.clone();
             g.waits_for = e.settings.waits_for.clone();
         }
-        for p in inner.pools.iter().filter(|p| p.types.iter().any(|t| t == job_type)) {
+        for p in inner
+            .pools
+            .iter()
+            .filter(|p| p.types.iter().any(|t| t == job_type))
+        {
             g.pools.push(PoolGuard {
                 name: p.name.clone(),
                 concurrency: p.concurrency,

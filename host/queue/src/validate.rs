@@ -109,7 +109,9 @@ pub enum EnqueueError {
         job_type: String,
     },
     /// No handler is deployed for the type and it is not declared as handled elsewhere.
-    #[error("unknown job type `{job_type}`: deploy a handler for it or declare it as handled elsewhere")]
+    #[error(
+        "unknown job type `{job_type}`: deploy a handler for it or declare it as handled elsewhere"
+    )]
     UnknownJobType {
         /// The job type.
         job_type: String,

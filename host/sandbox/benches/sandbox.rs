@@ -2,14 +2,17 @@
 //! overhead and abort latency. Prints figures; see the crate README.
 //!
 //! Optional argument: a scale factor for the run counts (default 1.0), e.g.
-//! `cargo bench -p boxcar-sandbox -- 0.1` for a quick look.
+//! `cargo bench -p boxcar-sandbox -- 0.1` for a quick look; `per-job` runs
+//! only the per-job figures.
 
 use std::{
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use boxcar_queue::{ChildJobRequest, ChildSummary, JobContext, JobRun, JobServices, Outcome, ServiceError};
+use boxcar_queue::{
+    ChildJobRequest, ChildSummary, JobContext, JobRun, JobServices, Outcome, ServiceError,
+};
 use boxcar_sandbox::{Capabilities, HandlerLimits, LoadedHandler, Sandbox, SandboxConfig};
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
@@ -88,7 +91,9 @@ async fn per_job(pooling: bool, runs: usize, services: &Arc<dyn JobServices>) {
     let echo = load(&sb, "echo");
     let payload = r#"{"hello":"world"}"#;
     for _ in 0..200 {
-        let _ = echo.run(job("echo", payload, Duration::from_secs(30)), ctx(services)).await;
+        let _ = echo
+            .run(job("echo", payload, Duration::from_secs(30)), ctx(services))
+            .await;
     }
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
@@ -113,7 +118,10 @@ async fn epoch_overhead(services: &Arc<dyn JobServices>, rounds: usize) {
         for _ in 0..rounds {
             let t = Instant::now();
             let outcome = compute
-                .run(job("compute", payload, Duration::from_secs(600)), ctx(services))
+                .run(
+                    job("compute", payload, Duration::from_secs(600)),
+                    ctx(services),
+                )
                 .await;
             times.push(t.elapsed());
             assert!(matches!(outcome, Outcome::Succeeded { .. }), "{outcome:?}");
@@ -136,12 +144,17 @@ async fn abort_latency(services: &Arc<dyn JobServices>, runs: usize) {
     for _ in 0..runs {
         let j = job("spin", "{}", timeout);
         let deadline = Instant::now()
-            + (j.deadline - chrono::Utc::now()).to_std().unwrap_or(Duration::ZERO);
+            + (j.deadline - chrono::Utc::now())
+                .to_std()
+                .unwrap_or(Duration::ZERO);
         let outcome = spin.run(j, ctx(services)).await;
         overshoot.push(Instant::now().saturating_duration_since(deadline));
         assert_eq!(outcome, Outcome::TimedOut);
     }
-    println!("spin abort overshoot past a 100 ms deadline (1 ms tick): {}", summary(overshoot));
+    println!(
+        "spin abort overshoot past a 100 ms deadline (1 ms tick): {}",
+        summary(overshoot)
+    );
 }
 
 fn main() {
@@ -149,6 +162,7 @@ fn main() {
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(1.0);
+    let only_per_job = std::env::args().any(|a| a == "per-job");
     let n = |base: usize| ((base as f64 * scale) as usize).max(3);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -158,7 +172,9 @@ fn main() {
     rt.block_on(async {
         per_job(true, n(10_000), &services).await;
         per_job(false, n(10_000), &services).await;
-        epoch_overhead(&services, n(5)).await;
-        abort_latency(&services, n(100)).await;
+        if !only_per_job {
+            epoch_overhead(&services, n(5)).await;
+            abort_latency(&services, n(100)).await;
+        }
     });
 }

@@ -63,7 +63,7 @@ impl host::Host for HostState {
         payload: String,
         options: types::EnqueueOptions,
     ) -> wasmtime::Result<Result<String, types::HostError>> {
-        if !self.caps.may_enqueue.iter().any(|t| *t == job_type) {
+        if !self.caps.may_enqueue.contains(&job_type) {
             return Ok(Err(types::HostError::NotAllowed(format!(
                 "enqueueing `{}` is not allowed: add it to capabilities.may_enqueue in the manifest",
                 crate::output::truncate(&job_type, 200)

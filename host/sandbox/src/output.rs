@@ -71,7 +71,12 @@ struct SinkState {
 }
 
 impl LogSink {
-    pub(crate) fn new(job_id: Arc<str>, job_type: Arc<str>, max_log: usize, max_line: usize) -> Self {
+    pub(crate) fn new(
+        job_id: Arc<str>,
+        job_type: Arc<str>,
+        max_log: usize,
+        max_line: usize,
+    ) -> Self {
         Self {
             job_id,
             job_type,
@@ -160,7 +165,11 @@ impl LogSink {
                 }
             }
         }
-        let source = if stderr { Source::Stderr } else { Source::Stdout };
+        let source = if stderr {
+            Source::Stderr
+        } else {
+            Source::Stdout
+        };
         for line in lines {
             self.emit(Level::Info, source, &String::from_utf8_lossy(&line));
         }
@@ -227,7 +236,10 @@ pub(crate) struct GuestOutput {
 
 impl GuestOutput {
     pub(crate) fn stdout(sink: Arc<LogSink>) -> Self {
-        Self { sink, stderr: false }
+        Self {
+            sink,
+            stderr: false,
+        }
     }
 
     pub(crate) fn stderr(sink: Arc<LogSink>) -> Self {
@@ -273,7 +285,11 @@ impl OutputStream for GuestOutput {
 }
 
 impl tokio::io::AsyncWrite for GuestOutput {
-    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
         Poll::Ready(
             self.sink
                 .write(self.stderr, buf)

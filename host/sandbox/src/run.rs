@@ -26,7 +26,7 @@ use crate::{
     bindings::{boxcar::handler::types as wit, HandlerPre},
     engine::{LoadReport, Shared},
     output::{truncate, GuestOutput, LogLimitReached, LogSink},
-    state::{HostState, Interrupt, Limiter, LimitHit},
+    state::{HostState, Interrupt, LimitHit, Limiter},
     Capabilities, HandlerLimits,
 };
 
@@ -86,6 +86,7 @@ impl LoadedHandler {
 
     /// Runs one job to an outcome. Returns within about one epoch tick of
     /// `job.deadline` (`TimedOut`) or of `ctx.cancel` firing (`Cancelled`).
+    /// Must be polled inside a tokio runtime with the time driver enabled.
     pub async fn run(&self, job: JobRun, ctx: JobContext) -> Outcome {
         let remaining = (job.deadline - Utc::now())
             .to_std()
@@ -244,8 +245,14 @@ fn classify(e: &wasmtime::Error, store: &mut Store<HostState>, doing: &str) -> O
             message: format!("the guest exited with status {}", exit.0),
         };
     }
-    if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>().is_some() {
-        return host_error(doing, e);
+    if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+        .is_some()
+    {
+        return Outcome::HostError {
+            message: format!(
+                "{doing}: the instance pool is full; raise SandboxConfig::pool_instances or lower handler concurrency ({e})"
+            ),
+        };
     }
     host_error(doing, e)
 }

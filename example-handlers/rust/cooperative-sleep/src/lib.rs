@@ -46,7 +46,10 @@ fn cooperative_sleep(job: Job<Params>) -> Result<Slept, Error> {
         }
         steps += 1;
     }
-    Ok(Slept { slept_ms: p.ms, steps })
+    Ok(Slept {
+        slept_ms: p.ms,
+        steps,
+    })
 }
 
 boxcar_guest::handler!(cooperative_sleep);

@@ -23,14 +23,24 @@ fn enqueue_flood(job: Job<Params>) -> Result<Flooded, Error> {
     let max = job.payload.max.unwrap_or(1_000_000);
     let mut accepted = 0;
     for i in 0..max {
-        match boxcar_guest::enqueue(&job_type, &serde_json::json!({ "i": i }), EnqueueOptions::default()) {
+        match boxcar_guest::enqueue(
+            &job_type,
+            &serde_json::json!({ "i": i }),
+            EnqueueOptions::default(),
+        ) {
             Ok(_) => accepted += 1,
             Err(e) => {
-                return Ok(Flooded { accepted, refused: Some(format!("{e:?}")) });
+                return Ok(Flooded {
+                    accepted,
+                    refused: Some(format!("{e:?}")),
+                });
             }
         }
     }
-    Ok(Flooded { accepted, refused: None })
+    Ok(Flooded {
+        accepted,
+        refused: None,
+    })
 }
 
 boxcar_guest::handler!(enqueue_flood);

@@ -25,9 +25,15 @@ struct Done {
 fn flaky(job: Job<Flaky>) -> Result<Done, Error> {
     let p = &job.payload;
     if job.attempt >= p.succeed_on {
-        return Ok(Done { attempt: job.attempt });
+        return Ok(Done {
+            attempt: job.attempt,
+        });
     }
-    boxcar_guest::warn!("attempt {} of {}: failing on purpose", job.attempt, job.max_attempts);
+    boxcar_guest::warn!(
+        "attempt {} of {}: failing on purpose",
+        job.attempt,
+        job.max_attempts
+    );
     let mut e = retry(format!("flaky: attempt {} < {}", job.attempt, p.succeed_on));
     if let Some(ms) = p.retry_after_ms {
         e = e.after(Duration::from_millis(ms));

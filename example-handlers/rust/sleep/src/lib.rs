@@ -18,7 +18,9 @@ struct Slept {
 
 fn sleep(job: Job<Sleep>) -> Result<Slept, Error> {
     std::thread::sleep(std::time::Duration::from_millis(job.payload.ms));
-    Ok(Slept { slept_ms: job.payload.ms })
+    Ok(Slept {
+        slept_ms: job.payload.ms,
+    })
 }
 
 boxcar_guest::handler!(sleep);

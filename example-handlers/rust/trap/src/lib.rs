@@ -10,7 +10,10 @@ struct Params {
 }
 
 fn trap(job: Job<Params>) -> Result<(), Error> {
-    let message = job.payload.message.unwrap_or_else(|| "boom: the trap handler panicked".into());
+    let message = job
+        .payload
+        .message
+        .unwrap_or_else(|| "boom: the trap handler panicked".into());
     panic!("{message}");
 }
 

@@ -43,7 +43,9 @@ impl ApiError {
         Self {
             status: StatusCode::UNAUTHORIZED,
             code: "unauthorized",
-            message: "send `Authorization: Bearer <token>` with the token configured for this server".into(),
+            message:
+                "send `Authorization: Bearer <token>` with the token configured for this server"
+                    .into(),
         }
     }
 
@@ -68,7 +70,10 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(error: StoreError) -> Self {
         match error {
-            StoreError::UnknownParent(id) => Self::bad_request("unknown_parent", format!("parent job `{id}` does not exist")),
+            StoreError::UnknownParent(id) => Self::bad_request(
+                "unknown_parent",
+                format!("parent job `{id}` does not exist"),
+            ),
             other => Self::internal(&other),
         }
     }
@@ -83,7 +88,9 @@ impl From<EnqueueError> for ApiError {
             _ => "invalid_job",
         };
         let status = match &error {
-            EnqueueError::UnknownJobType { .. } | EnqueueError::SchemaViolation { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            EnqueueError::UnknownJobType { .. } | EnqueueError::SchemaViolation { .. } => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
             EnqueueError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             _ => StatusCode::BAD_REQUEST,
         };
@@ -131,7 +138,10 @@ impl From<JsonRejection> for ApiError {
         Self {
             status: StatusCode::BAD_REQUEST,
             code: "bad_json",
-            message: format!("request body is not the expected JSON: {}", rejection.body_text()),
+            message: format!(
+                "request body is not the expected JSON: {}",
+                rejection.body_text()
+            ),
         }
     }
 }

@@ -27,8 +27,10 @@ impl LifecycleObserver for Metrics {
             .entry((event.job_type.clone(), event.outcome.as_str()))
             .or_default() += 1;
         if let Some(duration) = event.duration {
-            self.run_seconds_total
-                .fetch_add(duration.as_micros().min(u128::from(u64::MAX)) as u64, Ordering::Relaxed);
+            self.run_seconds_total.fetch_add(
+                duration.as_micros().min(u128::from(u64::MAX)) as u64,
+                Ordering::Relaxed,
+            );
         }
     }
 }
@@ -63,5 +65,8 @@ impl Metrics {
 }
 
 fn escape(label: &str) -> String {
-    label.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    label
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

@@ -107,8 +107,16 @@ async fn enqueue(
     let (job, children) = request.into_jobs()?;
     if children.is_empty() {
         let added = state.queue.add(job).await?;
-        let status = if added.deduplicated { StatusCode::OK } else { StatusCode::CREATED };
-        Ok((status, Json(json!({"id": added.id, "deduplicated": added.deduplicated}))).into_response())
+        let status = if added.deduplicated {
+            StatusCode::OK
+        } else {
+            StatusCode::CREATED
+        };
+        Ok((
+            status,
+            Json(json!({"id": added.id, "deduplicated": added.deduplicated})),
+        )
+            .into_response())
     } else {
         let id = state.queue.add_flow(job, children).await?;
         let children = state
@@ -120,11 +128,18 @@ async fn enqueue(
             })
             .await?;
         let child_ids: Vec<&str> = children.iter().map(|c| c.id.as_str()).collect();
-        Ok((StatusCode::CREATED, Json(json!({"id": id, "deduplicated": false, "children": child_ids}))).into_response())
+        Ok((
+            StatusCode::CREATED,
+            Json(json!({"id": id, "deduplicated": false, "children": child_ids})),
+        )
+            .into_response())
     }
 }
 
-async fn get_job(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<JobView>, ApiError> {
+async fn get_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
     match state.queue.get(&id).await? {
         Some(job) => Ok(Json(JobView::from(&job))),
         None => Err(ApiError::job_not_found(&id)),
@@ -163,10 +178,15 @@ async fn list_jobs(
         }
     }
     if let Some(types) = query.job_type {
-        filter.types = types.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect();
+        filter.types = types
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect();
     }
     if let Some(scope) = query.scope {
-        filter.scope = Some(parse_scope(&scope).map_err(|m| ApiError::bad_request("bad_query", m))?);
+        filter.scope =
+            Some(parse_scope(&scope).map_err(|m| ApiError::bad_request("bad_query", m))?);
     }
     let jobs = state.queue.find(&filter).await?;
     Ok(Json(jobs.iter().map(JobView::from).collect()))
@@ -178,7 +198,9 @@ pub fn parse_scope(text: &str) -> Result<Scope, String> {
         Some((scope_type, scope_id)) if !scope_type.is_empty() && !scope_id.is_empty() => {
             Ok(Scope::new(scope_type, scope_id))
         }
-        _ => Err(format!("scope `{text}` must be written TYPE:ID, e.g. account:42")),
+        _ => Err(format!(
+            "scope `{text}` must be written TYPE:ID, e.g. account:42"
+        )),
     }
 }
 
@@ -196,7 +218,8 @@ async fn wait_job(
     let Query(query) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
     let timeout = match query.timeout {
         None => Duration::from_secs(30),
-        Some(text) => crate::units::parse_duration(&text).map_err(|m| ApiError::bad_request("bad_query", m))?,
+        Some(text) => crate::units::parse_duration(&text)
+            .map_err(|m| ApiError::bad_request("bad_query", m))?,
     }
     .min(MAX_WAIT);
     let job = state.queue.wait(&id, timeout).await?;
@@ -208,7 +231,9 @@ async fn cancel_job(
     Path(id): Path<String>,
     body: Option<Json<CancelRequest>>,
 ) -> Result<Json<Value>, ApiError> {
-    let reason = body.and_then(|Json(b)| b.reason).unwrap_or_else(|| "cancelled via the API".into());
+    let reason = body
+        .and_then(|Json(b)| b.reason)
+        .unwrap_or_else(|| "cancelled via the API".into());
     if state.queue.get(&id).await?.is_none() {
         return Err(ApiError::job_not_found(&id));
     }
@@ -222,7 +247,9 @@ async fn cancel_scope(
     body: Option<Json<CancelRequest>>,
 ) -> Result<Json<Value>, ApiError> {
     let request = body.map(|Json(b)| b).unwrap_or_default();
-    let reason = request.reason.unwrap_or_else(|| "cancelled via the API".into());
+    let reason = request
+        .reason
+        .unwrap_or_else(|| "cancelled via the API".into());
     let scope = Scope::new(scope_type, scope_id);
     let cancelled = if request.pending_only {
         state.queue.cancel_pending_for_scope(scope, &reason).await?
@@ -244,7 +271,9 @@ async fn retry_failed(
 
 async fn counts(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let counts = state.queue.count_by_status().await?;
-    Ok(Json(serde_json::to_value(counts).map_err(|e| ApiError::internal(&e))?))
+    Ok(Json(
+        serde_json::to_value(counts).map_err(|e| ApiError::internal(&e))?,
+    ))
 }
 
 async fn handlers(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {

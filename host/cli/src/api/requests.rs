@@ -39,8 +39,10 @@ fn empty_object() -> Value {
 }
 
 fn duration_field(name: &str, text: Option<String>) -> Result<Option<Duration>, ApiError> {
-    text.map(|t| parse_duration(&t).map_err(|m| ApiError::bad_request("invalid_job", format!("{name}: {m}"))))
-        .transpose()
+    text.map(|t| {
+        parse_duration(&t).map_err(|m| ApiError::bad_request("invalid_job", format!("{name}: {m}")))
+    })
+    .transpose()
 }
 
 impl EnqueueRequest {

@@ -48,11 +48,19 @@ async fn call_raw(
     if let Some(token) = token {
         request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
     }
-    let request = request.body(body.map_or_else(Body::empty, Body::from)).expect("request");
+    let request = request
+        .body(body.map_or_else(Body::empty, Body::from))
+        .expect("request");
     let response = app.clone().oneshot(request).await.expect("response");
     let status = response.status();
-    let bytes = response.into_body().collect().await.expect("body").to_bytes();
-    let value = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
     (status, value)
 }
 
@@ -75,83 +83,168 @@ async fn enqueue_get_list_count_cancel_retry() {
     assert_eq!(job["scope"]["id"], "1");
     assert!(job.get("payload").is_none(), "payloads are never echoed");
 
-    let (status, list) = call(&app, Method::GET, "/jobs?status=pending&type=mail&scope=account:1&limit=5", None).await;
+    let (status, list) = call(
+        &app,
+        Method::GET,
+        "/jobs?status=pending&type=mail&scope=account:1&limit=5",
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(list.as_array().map(Vec::len), Some(1));
 
     let (_, counts) = call(&app, Method::GET, "/counts", None).await;
     assert_eq!(counts["pending"], 1);
 
-    let (status, cancelled) = call(&app, Method::POST, &format!("/jobs/{id}/cancel"), Some(json!({"reason": "no"}))).await;
+    let (status, cancelled) = call(
+        &app,
+        Method::POST,
+        &format!("/jobs/{id}/cancel"),
+        Some(json!({"reason": "no"})),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(cancelled["cancelled"], true);
 
-    call(&app, Method::POST, "/jobs", Some(json!({"job_type": "mail", "scope": {"type": "account", "id": "2"}}))).await;
-    let (status, scoped) = call(&app, Method::POST, "/scopes/account/2/cancel", Some(json!({"pending_only": true}))).await;
+    call(
+        &app,
+        Method::POST,
+        "/jobs",
+        Some(json!({"job_type": "mail", "scope": {"type": "account", "id": "2"}})),
+    )
+    .await;
+    let (status, scoped) = call(
+        &app,
+        Method::POST,
+        "/scopes/account/2/cancel",
+        Some(json!({"pending_only": true})),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(scoped["cancelled"], 1);
 
-    let (status, retried) = call(&app, Method::POST, "/jobs/retry-failed", Some(json!({"types": ["mail"]}))).await;
+    let (status, retried) = call(
+        &app,
+        Method::POST,
+        "/jobs/retry-failed",
+        Some(json!({"types": ["mail"]})),
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(retried["retried"], 0);
 
     let (status, _) = call(&app, Method::GET, "/handlers", None).await;
     assert_eq!(status, StatusCode::OK);
     let (status, health) = call(&app, Method::GET, "/healthz", None).await;
-    assert_eq!((status, health["status"].as_str()), (StatusCode::OK, Some("ok")));
+    assert_eq!(
+        (status, health["status"].as_str()),
+        (StatusCode::OK, Some("ok"))
+    );
     let (status, metrics) = call(&app, Method::GET, "/metrics", None).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(metrics.as_str().is_some_and(|m| m.contains("boxcar_jobs{status=\"cancelled\"} 2")), "{metrics}");
+    assert!(
+        metrics
+            .as_str()
+            .is_some_and(|m| m.contains("boxcar_jobs{status=\"cancelled\"} 2")),
+        "{metrics}"
+    );
     let (status, page) = call(&app, Method::GET, "/", None).await;
     assert_eq!(status, StatusCode::OK);
-    assert!(page.as_str().is_some_and(|p| p.contains("<title>boxcar</title>")));
+    assert!(page
+        .as_str()
+        .is_some_and(|p| p.contains("<title>boxcar</title>")));
 }
 
 #[tokio::test]
 async fn wait_returns_the_finished_job_or_a_timeout() {
     let (app, queue) = app(None).await;
-    let (_, added) = call(&app, Method::POST, "/jobs", Some(json!({"job_type": "mail"}))).await;
+    let (_, added) = call(
+        &app,
+        Method::POST,
+        "/jobs",
+        Some(json!({"job_type": "mail"})),
+    )
+    .await;
     let id = added["id"].as_str().expect("id").to_string();
-    let (status, error) = call(&app, Method::GET, &format!("/jobs/{id}/wait?timeout=100ms"), None).await;
+    let (status, error) = call(
+        &app,
+        Method::GET,
+        &format!("/jobs/{id}/wait?timeout=100ms"),
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
     assert_eq!(error["error"], "wait_timeout");
     queue.cancel(&id, "done waiting").await.expect("cancel");
-    let (status, job) = call(&app, Method::GET, &format!("/jobs/{id}/wait?timeout=1s"), None).await;
+    let (status, job) = call(
+        &app,
+        Method::GET,
+        &format!("/jobs/{id}/wait?timeout=1s"),
+        None,
+    )
+    .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(job["status"], "cancelled");
     let (status, error) = call(&app, Method::GET, "/jobs/nope/wait?timeout=1s", None).await;
-    assert_eq!((status, error["error"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
+    assert_eq!(
+        (status, error["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
 }
 
 #[tokio::test]
 async fn bad_requests_get_json_errors() {
     let (app, _) = app(None).await;
-    let (status, error) = call_raw(&app, Method::POST, "/jobs", Some("{not json".into()), None).await;
+    let (status, error) =
+        call_raw(&app, Method::POST, "/jobs", Some("{not json".into()), None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(error["error"], "bad_json");
 
-    let (status, error) = call(&app, Method::POST, "/jobs", Some(json!({"job_type": "nobody"}))).await;
+    let (status, error) = call(
+        &app,
+        Method::POST,
+        "/jobs",
+        Some(json!({"job_type": "nobody"})),
+    )
+    .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
     assert_eq!(error["error"], "unknown_job_type");
 
-    let (status, error) = call(&app, Method::POST, "/jobs", Some(json!({"job_type": "mail", "payload": [1]}))).await;
+    let (status, error) = call(
+        &app,
+        Method::POST,
+        "/jobs",
+        Some(json!({"job_type": "mail", "payload": [1]})),
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert_eq!(error["error"], "invalid_job");
 
-    let (status, error) = call(&app, Method::POST, "/jobs", Some(json!({"job_type": "mail", "bogus": 1}))).await;
+    let (status, error) = call(
+        &app,
+        Method::POST,
+        "/jobs",
+        Some(json!({"job_type": "mail", "bogus": 1})),
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{error}");
 
-    let huge = json!({"job_type": "mail", "payload": {"blob": "x".repeat(MAX_BODY + 10)}}).to_string();
+    let huge =
+        json!({"job_type": "mail", "payload": {"blob": "x".repeat(MAX_BODY + 10)}}).to_string();
     let (status, error) = call_raw(&app, Method::POST, "/jobs", Some(huge), None).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{error}");
 
-    let big_payload = json!({"job_type": "mail", "payload": {"blob": "x".repeat(1024 * 1024 + 10)}});
+    let big_payload =
+        json!({"job_type": "mail", "payload": {"blob": "x".repeat(1024 * 1024 + 10)}});
     let (status, error) = call(&app, Method::POST, "/jobs", Some(big_payload)).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{error}");
     assert_eq!(error["error"], "payload_too_large");
 
     let (status, error) = call(&app, Method::GET, "/jobs/does-not-exist", None).await;
-    assert_eq!((status, error["error"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
+    assert_eq!(
+        (status, error["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found"))
+    );
     let (status, _) = call(&app, Method::GET, "/jobs?status=bogus", None).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
@@ -161,8 +254,18 @@ async fn token_is_required_when_configured() {
     let token = "0123456789abcdef0123";
     let (app, _) = app(Some(token)).await;
     let (status, error) = call_raw(&app, Method::GET, "/counts", None, None).await;
-    assert_eq!((status, error["error"].as_str()), (StatusCode::UNAUTHORIZED, Some("unauthorized")));
-    let (status, _) = call_raw(&app, Method::GET, "/counts", None, Some("wrong-token-wrong-token")).await;
+    assert_eq!(
+        (status, error["error"].as_str()),
+        (StatusCode::UNAUTHORIZED, Some("unauthorized"))
+    );
+    let (status, _) = call_raw(
+        &app,
+        Method::GET,
+        "/counts",
+        None,
+        Some("wrong-token-wrong-token"),
+    )
+    .await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
     let (status, _) = call_raw(&app, Method::GET, "/counts", None, Some(token)).await;
     assert_eq!(status, StatusCode::OK);

@@ -47,7 +47,12 @@ pub async fn jobs(context: Context, args: JobsArgs) -> anyhow::Result<()> {
             .job_type
             .map(|t| t.split(',').map(str::to_string).collect())
             .unwrap_or_default(),
-        statuses: args.status.as_deref().map(parse_statuses).transpose()?.unwrap_or_default(),
+        statuses: args
+            .status
+            .as_deref()
+            .map(parse_statuses)
+            .transpose()?
+            .unwrap_or_default(),
         scope: scope_arg(args.scope.as_deref())?,
         parent_id: args.parent,
         limit: Some(args.limit),
@@ -66,7 +71,10 @@ pub async fn jobs(context: Context, args: JobsArgs) -> anyhow::Result<()> {
                 j.job_type.clone(),
                 j.status.clone(),
                 format!("{}/{}", j.attempts, j.max_attempts),
-                j.scope.as_ref().map(ToString::to_string).unwrap_or_default(),
+                j.scope
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default(),
                 clip(j.last_error.as_deref().unwrap_or(""), 60),
                 j.updated_at.clone(),
             ]
@@ -74,7 +82,18 @@ pub async fn jobs(context: Context, args: JobsArgs) -> anyhow::Result<()> {
         .collect();
     print!(
         "{}",
-        table(&["ID", "TYPE", "STATUS", "ATTEMPTS", "SCOPE", "LAST ERROR", "UPDATED"], &rows)
+        table(
+            &[
+                "ID",
+                "TYPE",
+                "STATUS",
+                "ATTEMPTS",
+                "SCOPE",
+                "LAST ERROR",
+                "UPDATED"
+            ],
+            &rows
+        )
     );
     Ok(())
 }
@@ -111,7 +130,11 @@ pub async fn counts(context: Context) -> anyhow::Result<()> {
     let value = serde_json::to_value(counts)?;
     let rows: Vec<Vec<String>> = value
         .as_object()
-        .map(|o| o.iter().map(|(k, v)| vec![k.clone(), v.to_string()]).collect())
+        .map(|o| {
+            o.iter()
+                .map(|(k, v)| vec![k.clone(), v.to_string()])
+                .collect()
+        })
         .unwrap_or_default();
     print!("{}", table(&["STATUS", "JOBS"], &rows));
     Ok(())
@@ -132,7 +155,9 @@ pub async fn cancel(context: Context, args: CancelArgs) -> anyhow::Result<()> {
             queue.cancel_for_scope(scope, reason).await?
         }
     } else if let Some(job_type) = &args.job_type {
-        queue.cancel_by_dedupe_keys(job_type, &args.dedupe_key, reason).await?
+        queue
+            .cancel_by_dedupe_keys(job_type, &args.dedupe_key, reason)
+            .await?
     } else {
         return Err(usage(
             "say what to cancel: --id ID, --scope TYPE:ID [--pending-only], or --type T --dedupe-key K...",
@@ -178,9 +203,14 @@ pub async fn prune(context: Context, args: PruneArgs) -> anyhow::Result<()> {
             }
             statuses
         }
-        None => vec![JobStatus::Succeeded, JobStatus::Failed, JobStatus::Cancelled],
+        None => vec![
+            JobStatus::Succeeded,
+            JobStatus::Failed,
+            JobStatus::Cancelled,
+        ],
     };
-    let cutoff = Utc::now() - chrono::Duration::from_std(age).map_err(|_| usage("--older-than is too large"))?;
+    let cutoff = Utc::now()
+        - chrono::Duration::from_std(age).map_err(|_| usage("--older-than is too large"))?;
     let queue = context.queue().await?;
     let pruned = queue.prune(cutoff, &statuses).await?;
     if context.json {
@@ -248,11 +278,18 @@ pub async fn handlers(context: Context) -> anyhow::Result<()> {
             ]
         })
         .collect();
-    print!("{}", table(&["TYPE", "MODULE", "DIGEST", "DEPLOYED"], &rows));
+    print!(
+        "{}",
+        table(&["TYPE", "MODULE", "DIGEST", "DEPLOYED"], &rows)
+    );
     if !rejections.is_empty() {
         println!("\nrejected (the previous version, if any, keeps serving):");
         for (file, e) in &rejections {
-            println!("  {file} at {}: {}", e.at, e.reason.as_deref().unwrap_or(""));
+            println!(
+                "  {file} at {}: {}",
+                e.at,
+                e.reason.as_deref().unwrap_or("")
+            );
         }
     }
     Ok(())

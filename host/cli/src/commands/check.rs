@@ -20,14 +20,18 @@ pub async fn run(context: Context, args: CheckArgs) -> anyhow::Result<()> {
         }
         return Ok(());
     };
-    let manifest = args.manifest.unwrap_or_else(|| module.with_extension("toml"));
+    let manifest = args
+        .manifest
+        .unwrap_or_else(|| module.with_extension("toml"));
     if !manifest.is_file() {
         return Err(usage(format!(
             "no manifest at {}: write NAME.toml beside NAME.wasm or pass --manifest",
             manifest.display()
         )));
     }
-    let sandbox = Arc::new(Sandbox::new(sandbox_glue::sandbox_config(&context.config.sandbox))?);
+    let sandbox = Arc::new(Sandbox::new(sandbox_glue::sandbox_config(
+        &context.config.sandbox,
+    ))?);
     let prepared = deploy::prepare(&sandbox, &module, &manifest).await?;
     let m = &prepared.manifest;
     if context.json {

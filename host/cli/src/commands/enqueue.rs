@@ -38,14 +38,18 @@ pub async fn run(context: Context, args: EnqueueArgs) -> anyhow::Result<()> {
         job.delay = Some(parse_duration(delay).map_err(|m| usage(format!("--delay: {m}")))?);
     }
     if let Some(at) = &args.run_at {
-        let at = DateTime::parse_from_rfc3339(at)
-            .map_err(|e| usage(format!("--run-at `{at}` is not an RFC 3339 time ({e}), e.g. 2026-01-31T09:00:00Z")))?;
+        let at = DateTime::parse_from_rfc3339(at).map_err(|e| {
+            usage(format!(
+                "--run-at `{at}` is not an RFC 3339 time ({e}), e.g. 2026-01-31T09:00:00Z"
+            ))
+        })?;
         job.run_at = Some(at.with_timezone(&Utc));
     }
     if let Some(ttl) = &args.ttl {
         job.ttl = Some(parse_duration(ttl).map_err(|m| usage(format!("--ttl: {m}")))?);
     }
-    let wait_timeout = parse_duration(&args.timeout).map_err(|m| usage(format!("--timeout: {m}")))?;
+    let wait_timeout =
+        parse_duration(&args.timeout).map_err(|m| usage(format!("--timeout: {m}")))?;
     let children = match &args.children {
         None => Vec::new(),
         Some(path) => {
@@ -78,7 +82,10 @@ pub async fn run(context: Context, args: EnqueueArgs) -> anyhow::Result<()> {
         let added = queue.add(job).await.map_err(enqueue_error)?;
         (added.id, added.deduplicated)
     } else {
-        (queue.add_flow(job, children).await.map_err(enqueue_error)?, false)
+        (
+            queue.add_flow(job, children).await.map_err(enqueue_error)?,
+            false,
+        )
     };
 
     if !args.wait {
@@ -98,7 +105,10 @@ pub async fn run(context: Context, args: EnqueueArgs) -> anyhow::Result<()> {
         other => anyhow::Error::from(other),
     })?;
     if context.json {
-        println!("{}", serde_json::to_string_pretty(&JobView::from(&finished))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&JobView::from(&finished))?
+        );
     } else if let Some(result) = &finished.result {
         println!("{result}");
     }

@@ -24,9 +24,17 @@ pub fn run(context: Context, command: ExamplesCommand) -> anyhow::Result<()> {
         ExamplesCommand::Export { dir } => {
             let written = export(&dir, |_| true)?;
             if context.json {
-                println!("{}", json!({"dir": dir.display().to_string(), "handlers": written}));
+                println!(
+                    "{}",
+                    json!({"dir": dir.display().to_string(), "handlers": written})
+                );
             } else {
-                println!("wrote {} handlers to {}: {}", written.len(), dir.display(), written.join(", "));
+                println!(
+                    "wrote {} handlers to {}: {}",
+                    written.len(),
+                    dir.display(),
+                    written.join(", ")
+                );
             }
             Ok(())
         }
@@ -39,11 +47,15 @@ pub fn run(context: Context, command: ExamplesCommand) -> anyhow::Result<()> {
 /// # Errors
 /// The directory cannot be created or written.
 pub fn export(dir: &Path, keep: impl Fn(&str) -> bool) -> anyhow::Result<Vec<String>> {
-    std::fs::create_dir_all(dir).map_err(|e| usage(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| usage(format!("cannot create {}: {e}", dir.display())))?;
     let mut written = Vec::new();
     for example in boxcar_examples::ALL.iter().filter(|e| keep(e.name)) {
         let bytes = example.bytes().map_err(|e| {
-            anyhow::anyhow!("example `{}` is missing from this build ({e}); rebuild with cargo build", example.name)
+            anyhow::anyhow!(
+                "example `{}` is missing from this build ({e}); rebuild with cargo build",
+                example.name
+            )
         })?;
         let manifest = std::fs::read(example.manifest_path())?;
         write_atomically(&dir.join(format!("{}.wasm", example.name)), &bytes)?;

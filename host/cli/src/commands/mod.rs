@@ -43,10 +43,15 @@ pub struct WaitTimedOut(pub String);
 pub fn exit_code(error: &anyhow::Error) -> u8 {
     if error.downcast_ref::<UsageError>().is_some()
         || error.downcast_ref::<crate::config::ConfigError>().is_some()
-        || error.downcast_ref::<crate::manifest::ManifestError>().is_some()
+        || error
+            .downcast_ref::<crate::manifest::ManifestError>()
+            .is_some()
         || error.downcast_ref::<crate::deploy::DeployError>().is_some()
         || error.downcast_ref::<boxcar_queue::EnqueueError>().is_some()
-        || matches!(error.downcast_ref::<boxcar_queue::QueueError>(), Some(boxcar_queue::QueueError::Enqueue(_)))
+        || matches!(
+            error.downcast_ref::<boxcar_queue::QueueError>(),
+            Some(boxcar_queue::QueueError::Enqueue(_))
+        )
     {
         2
     } else if error.downcast_ref::<JobFailed>().is_some() {
@@ -105,7 +110,10 @@ impl Context {
     /// A producer-side registry: types deployed anywhere (per the store's
     /// deploy records), configured `handled_elsewhere` types, and payload
     /// schemas from a local handlers directory when one is configured.
-    pub async fn producer_registry(&self, queue: &Queue) -> anyhow::Result<std::sync::Arc<Registry>> {
+    pub async fn producer_registry(
+        &self,
+        queue: &Queue,
+    ) -> anyhow::Result<std::sync::Arc<Registry>> {
         let registry = Registry::new();
         registry.declare_elsewhere(self.config.handled_elsewhere.iter().cloned());
         registry.declare_elsewhere(admin::deployed_types(queue).await?);

@@ -34,9 +34,11 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
         .or(config.listen.clone())
         .unwrap_or_else(|| DEFAULT_LISTEN.to_string());
     let token = args.token.or(config.token.clone());
-    let address: SocketAddr = listen
-        .parse()
-        .map_err(|e| usage(format!("--listen `{listen}` is not an address like 127.0.0.1:7878 ({e})")))?;
+    let address: SocketAddr = listen.parse().map_err(|e| {
+        usage(format!(
+            "--listen `{listen}` is not an address like 127.0.0.1:7878 ({e})"
+        ))
+    })?;
     if !address.ip().is_loopback() && token.is_none() && !args.no_api {
         return Err(usage(format!(
             "--listen {address} is not a loopback address: set a token (--token or BOXCAR_TOKEN) so the API is not open to the network"
@@ -72,7 +74,11 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
             Some(deployer)
         }
     };
-    tokio::spawn(refresh_known_types(queue.clone(), registry.clone(), stop.clone()));
+    tokio::spawn(refresh_known_types(
+        queue.clone(),
+        registry.clone(),
+        stop.clone(),
+    ));
 
     let worker = Worker::start(queue.clone(), registry.clone(), config.worker.clone())?;
     tracing::info!(
@@ -92,9 +98,11 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
             metrics,
             token,
         };
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot listen on {address}: {e}; is another boxcar running there? use --listen"))?;
+        let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {address}: {e}; is another boxcar running there? use --listen"
+            )
+        })?;
         tracing::info!(%address, "HTTP API listening");
         let stop_api = stop.clone();
         Some(tokio::spawn(async move {
@@ -132,13 +140,14 @@ async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = ctrl_c.await;
-                return;
-            }
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
         tokio::select! {
             _ = ctrl_c => {}
             _ = term.recv() => {}

@@ -1,5 +1,5 @@
 //! Test support: a worker process for the multi-process tests. Configured by
-//! environment variables; appends `start|end|cancelled <job-id> <pid>` lines
+//! environment variables; appends `start|end|cancelled <job-id> <pid> <µs>` lines
 //! to `BOXCAR_LOG` (one `write` per line, `O_APPEND`, so lines from several
 //! processes never interleave). Prints `ready` once the worker runs, and
 //! runs until killed.
@@ -10,6 +10,7 @@
 //! - `BOXCAR_MODE` `noop` | `sleep:<ms>` | `until-cancel` (default `noop`)
 //! - `BOXCAR_LEASE_MS` renewed lease length (default: timeout + grace)
 //! - `BOXCAR_POLL_MS` poll interval (default 500)
+//! - `BOXCAR_SERIALIZE_BY_SCOPE=1` declares the scope guard
 
 use std::io::Write;
 use std::sync::Arc;
@@ -36,7 +37,11 @@ struct LogHandler {
 }
 
 fn line(log: &Mutex<std::fs::File>, what: &str, id: &str) {
-    let text = format!("{what} {id} {}\n", std::process::id());
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    let text = format!("{what} {id} {} {micros}\n", std::process::id());
     let mut f = log.lock();
     if let Err(e) = f.write_all(text.as_bytes()) {
         eprintln!("testworker: cannot write the log: {e}");
@@ -103,7 +108,11 @@ async fn main() {
             }
         },
     };
-    let log = match std::fs::OpenOptions::new().create(true).append(true).open(&log_path) {
+    let log = match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+    {
         Ok(f) => Arc::new(Mutex::new(f)),
         Err(e) => {
             eprintln!("testworker: cannot open {log_path}: {e}");
@@ -128,7 +137,9 @@ async fn main() {
     let settings = HandlerSettings {
         concurrency: u32::try_from(num("BOXCAR_CONCURRENCY", 8)).unwrap_or(8),
         timeout: Duration::from_secs(120),
-        lease_duration: env("BOXCAR_LEASE_MS").map(|_| Duration::from_millis(num("BOXCAR_LEASE_MS", 1000))),
+        serialize_by_scope: env("BOXCAR_SERIALIZE_BY_SCOPE").is_some(),
+        lease_duration: env("BOXCAR_LEASE_MS")
+            .map(|_| Duration::from_millis(num("BOXCAR_LEASE_MS", 1000))),
         ..HandlerSettings::default()
     };
     if let Err(e) = registry.register(job_type, Arc::new(LogHandler { log, mode }), settings) {

@@ -34,7 +34,10 @@ mod tests {
         let d1 = retry_delay(1, base, max, None);
         assert!(d1 >= base && d1 <= base + base / 10, "{d1:?}");
         let d3 = retry_delay(3, base, max, None);
-        assert!(d3 >= Duration::from_secs(8) && d3 <= Duration::from_millis(8800), "{d3:?}");
+        assert!(
+            d3 >= Duration::from_secs(8) && d3 <= Duration::from_millis(8800),
+            "{d3:?}"
+        );
         let d20 = retry_delay(20, base, max, None);
         assert!(d20 >= max && d20 <= max + max / 10, "{d20:?}");
         let floor = Duration::from_secs(3600);

@@ -73,7 +73,11 @@ async fn write(engine: &Engine, batch: Vec<Done>) {
     }
 }
 
-pub(crate) async fn run(engine: Arc<Engine>, mut rx: mpsc::Receiver<Done>, stop: CancellationToken) {
+pub(crate) async fn run(
+    engine: Arc<Engine>,
+    mut rx: mpsc::Receiver<Done>,
+    stop: CancellationToken,
+) {
     loop {
         let first = tokio::select! {
             d = rx.recv() => d,

@@ -19,6 +19,9 @@ use crate::store::{ClaimParams, StoreEvent};
 
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
+/// How long a freed slot waits for others before the refill claim.
+const REFILL_COALESCE: Duration = Duration::from_millis(1);
+
 #[derive(Default)]
 struct Starvation {
     polls: u32,
@@ -26,7 +29,11 @@ struct Starvation {
 }
 
 /// Claims once for every type; returns whether the store failed.
-async fn claim_round(engine: &Arc<Engine>, tick: usize, starving: &mut HashMap<String, Starvation>) -> bool {
+async fn claim_round(
+    engine: &Arc<Engine>,
+    tick: usize,
+    starving: &mut HashMap<String, Starvation>,
+) -> bool {
     let mut types = engine.registry.types();
     if !types.is_empty() {
         let n = tick % types.len();
@@ -124,7 +131,14 @@ pub(crate) async fn run(engine: Arc<Engine>) {
                 () = engine.stop_claiming.cancelled() => return,
                 () = &mut poll => break,
                 () = engine.queue.wake_notify().notified(), if !failed => break,
-                () = engine.slot_freed.notified(), if !failed => break,
+                () = engine.slot_freed.notified(), if !failed => {
+                    // Runs still in flight usually finish together; waiting
+                    // a moment lets one claim refill several slots at once.
+                    if !engine.queue.inflight().ids().is_empty() {
+                        tokio::time::sleep(REFILL_COALESCE).await;
+                    }
+                    break;
+                }
                 ev = events.recv(), if !failed => match ev {
                     Ok(StoreEvent::Inserted(_)) | Err(RecvError::Lagged(_)) => break,
                     Ok(StoreEvent::Finished(_)) => continue,

@@ -55,7 +55,12 @@ impl Maintenance {
     /// The store failed.
     pub async fn rescue_once(&self) -> Result<usize, StoreError> {
         let e = &self.engine;
-        let rescued = e.store.rescue(RescueParams { limit: RESCUE_BATCH }).await?;
+        let rescued = e
+            .store
+            .rescue(RescueParams {
+                limit: RESCUE_BATCH,
+            })
+            .await?;
         for r in &rescued {
             let failed = r.status == JobStatus::Failed;
             e.queue.emit(LifecycleEvent {

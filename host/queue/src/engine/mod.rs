@@ -168,10 +168,17 @@ impl WorkerHandle {
             e.queue.inflight().abort_all(AbortReason::Shutdown);
             // Runs stop waiting for their handler after abandon_grace, then
             // write their release; allow that write some time as well.
-            let _ = tokio::time::timeout(e.opts.abandon_grace + RELEASE_WRITE_ALLOWANCE, e.runs.wait()).await;
+            let _ = tokio::time::timeout(
+                e.opts.abandon_grace + RELEASE_WRITE_ALLOWANCE,
+                e.runs.wait(),
+            )
+            .await;
             let stuck = e.queue.inflight().ids();
             if !stuck.is_empty() {
-                tracing::warn!(count = stuck.len(), "runs did not stop within abandon_grace; releasing their leases");
+                tracing::warn!(
+                    count = stuck.len(),
+                    "runs did not stop within abandon_grace; releasing their leases"
+                );
                 if let Err(err) = e
                     .store
                     .release(ReleaseParams {

@@ -97,7 +97,12 @@ async fn supervise(
     }
 }
 
-pub(crate) async fn run_job(engine: Arc<Engine>, entry: Arc<HandlerEntry>, job: Job, handle: RunHandle) {
+pub(crate) async fn run_job(
+    engine: Arc<Engine>,
+    entry: Arc<HandlerEntry>,
+    job: Job,
+    handle: RunHandle,
+) {
     let started = Instant::now();
     let event = |outcome, error: Option<String>, duration| LifecycleEvent {
         job_id: job.id.clone(),
@@ -108,7 +113,9 @@ pub(crate) async fn run_job(engine: Arc<Engine>, entry: Arc<HandlerEntry>, job: 
         error,
         duration,
     };
-    engine.queue.emit(event(LifecycleOutcome::Started, None, None));
+    engine
+        .queue
+        .emit(event(LifecycleOutcome::Started, None, None));
     let timeout = entry.settings.timeout;
     let run = JobRun {
         id: job.id.clone(),
@@ -139,7 +146,11 @@ pub(crate) async fn run_job(engine: Arc<Engine>, entry: Arc<HandlerEntry>, job: 
 
     match (handle.reason(), outcome) {
         (Some(AbortReason::Cancelled), _) => {
-            engine.queue.emit(event(LifecycleOutcome::Cancelled, Some("cancelled".into()), Some(duration)));
+            engine.queue.emit(event(
+                LifecycleOutcome::Cancelled,
+                Some("cancelled".into()),
+                Some(duration),
+            ));
         }
         (Some(AbortReason::LeaseLost), _) => {
             let row = engine.store.get(&job.id).await.ok().flatten();
@@ -190,7 +201,11 @@ pub(crate) async fn run_job(engine: Arc<Engine>, entry: Arc<HandlerEntry>, job: 
             if consumes && job.attempts >= job.max_attempts {
                 fail(&engine, &job, message, duration).await;
             } else {
-                let attempts_for_backoff = if consumes { job.attempts } else { job.attempts.max(1) };
+                let attempts_for_backoff = if consumes {
+                    job.attempts
+                } else {
+                    job.attempts.max(1)
+                };
                 let delay = retry_delay(
                     attempts_for_backoff,
                     engine.opts.base_backoff,
@@ -205,9 +220,17 @@ pub(crate) async fn run_job(engine: Arc<Engine>, entry: Arc<HandlerEntry>, job: 
                     consumes_attempt: consumes,
                 };
                 match engine.store.retry(params).await {
-                    Ok(true) => engine.queue.emit(event(LifecycleOutcome::RetryScheduled, Some(message), Some(duration))),
-                    Ok(false) => tracing::warn!(job_id = %job.id, "retry rejected: the lease was lost or the job was cancelled"),
-                    Err(e) => tracing::error!(job_id = %job.id, error = %e, "retry write failed; the job is recovered after its lease"),
+                    Ok(true) => engine.queue.emit(event(
+                        LifecycleOutcome::RetryScheduled,
+                        Some(message),
+                        Some(duration),
+                    )),
+                    Ok(false) => {
+                        tracing::warn!(job_id = %job.id, "retry rejected: the lease was lost or the job was cancelled")
+                    }
+                    Err(e) => {
+                        tracing::error!(job_id = %job.id, error = %e, "retry write failed; the job is recovered after its lease")
+                    }
                 }
             }
         }
@@ -231,7 +254,11 @@ async fn fail(engine: &Engine, job: &Job, message: String, duration: Duration) {
             error: Some(message),
             duration: Some(duration),
         }),
-        Ok(false) => tracing::warn!(job_id = %job.id, "failure write rejected: the lease was lost or the job was cancelled"),
-        Err(e) => tracing::error!(job_id = %job.id, error = %e, "failure write failed; the job is recovered after its lease"),
+        Ok(false) => {
+            tracing::warn!(job_id = %job.id, "failure write rejected: the lease was lost or the job was cancelled")
+        }
+        Err(e) => {
+            tracing::error!(job_id = %job.id, error = %e, "failure write failed; the job is recovered after its lease")
+        }
     }
 }

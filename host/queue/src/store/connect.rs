@@ -46,7 +46,10 @@ pub async fn open_store(url: &str) -> Result<Arc<dyn JobStore>, StoreError> {
     if url == "memory://" || url == "memory:" {
         return Ok(Arc::new(MemoryStore::new()));
     }
-    if let Some(path) = url.strip_prefix("sqlite://").or_else(|| url.strip_prefix("sqlite:")) {
+    if let Some(path) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    {
         if path.is_empty() {
             return Err(StoreError::BadUrl {
                 url: url.to_string(),
@@ -88,9 +91,15 @@ mod tests {
         );
         assert_eq!(
             split_schema("postgres://u@h/db?sslmode=disable&schema=x"),
-            ("postgres://u@h/db?sslmode=disable".to_string(), Some("x".to_string()))
+            (
+                "postgres://u@h/db?sslmode=disable".to_string(),
+                Some("x".to_string())
+            )
         );
-        assert_eq!(split_schema("postgres://h/db"), ("postgres://h/db".to_string(), None));
+        assert_eq!(
+            split_schema("postgres://h/db"),
+            ("postgres://h/db".to_string(), None)
+        );
     }
 
     #[test]

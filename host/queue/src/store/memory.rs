@@ -97,12 +97,7 @@ fn finish(job: &mut Job, status: JobStatus, error: Option<String>, now: DateTime
 
 impl State {
     /// Evaluates the guard predicate for one candidate; `Some(reason)` if blocked.
-    fn blocked(
-        &mut self,
-        cand: &Job,
-        guards: &ClaimGuards,
-        now: DateTime<Utc>,
-    ) -> Option<String> {
+    fn blocked(&mut self, cand: &Job, guards: &ClaimGuards, now: DateTime<Utc>) -> Option<String> {
         if guards.serialize_by_scope {
             if let Some(scope) = &cand.scope {
                 let busy = self
@@ -115,7 +110,11 @@ impl State {
             }
         }
         for other in &guards.not_while_running {
-            if self.jobs.values().any(|j| &j.job_type == other && live(j, now)) {
+            if self
+                .jobs
+                .values()
+                .any(|j| &j.job_type == other && live(j, now))
+            {
                 return Some(format!("type `{other}` (not_while_running)"));
             }
         }
@@ -146,7 +145,10 @@ impl State {
                 }
             }
             if let Some(rate) = pool.rate_per_minute {
-                let row = self.guards.entry(format!("pool:{}", pool.name)).or_default();
+                let row = self
+                    .guards
+                    .entry(format!("pool:{}", pool.name))
+                    .or_default();
                 let window_open = row
                     .window_start
                     .is_some_and(|s| now - s < chrono::Duration::minutes(1));
@@ -164,7 +166,10 @@ impl State {
             if pool.rate_per_minute.is_none() {
                 continue;
             }
-            let row = self.guards.entry(format!("pool:{}", pool.name)).or_default();
+            let row = self
+                .guards
+                .entry(format!("pool:{}", pool.name))
+                .or_default();
             let window_open = row
                 .window_start
                 .is_some_and(|s| now - s < chrono::Duration::minutes(1));
@@ -287,7 +292,9 @@ impl JobStore for MemoryStore {
         let mut cands: Vec<(i32, DateTime<Utc>, String)> = st
             .jobs
             .values()
-            .filter(|j| j.status == JobStatus::Pending && j.job_type == p.job_type && j.run_at <= now)
+            .filter(|j| {
+                j.status == JobStatus::Pending && j.job_type == p.job_type && j.run_at <= now
+            })
             .map(|j| (j.priority, j.run_at, j.id.clone()))
             .collect();
         cands.sort();
@@ -526,7 +533,12 @@ impl JobStore for MemoryStore {
                 }
                 job.lease_owner = None;
                 if job.attempts >= job.max_attempts {
-                    finish(job, JobStatus::Failed, Some(LEASE_EXPIRED_ERROR.into()), now);
+                    finish(
+                        job,
+                        JobStatus::Failed,
+                        Some(LEASE_EXPIRED_ERROR.into()),
+                        now,
+                    );
                 } else {
                     job.status = JobStatus::Pending;
                     job.lease_expires_at = None;
@@ -547,7 +559,11 @@ impl JobStore for MemoryStore {
         Ok(out)
     }
 
-    async fn still_owned(&self, worker_id: &str, ids: &[String]) -> Result<Vec<String>, StoreError> {
+    async fn still_owned(
+        &self,
+        worker_id: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>, StoreError> {
         let st = self.state.lock();
         Ok(ids
             .iter()
@@ -560,7 +576,12 @@ impl JobStore for MemoryStore {
             .collect())
     }
 
-    async fn set_progress(&self, worker_id: &str, id: &str, json: &str) -> Result<bool, StoreError> {
+    async fn set_progress(
+        &self,
+        worker_id: &str,
+        id: &str,
+        json: &str,
+    ) -> Result<bool, StoreError> {
         let now = self.clock.now();
         let mut st = self.state.lock();
         match st.jobs.get_mut(id) {
@@ -655,7 +676,13 @@ impl JobStore for MemoryStore {
 
     async fn handler_events(&self, limit: u32) -> Result<Vec<HandlerEvent>, StoreError> {
         let st = self.state.lock();
-        Ok(st.events.iter().rev().take(limit as usize).cloned().collect())
+        Ok(st
+            .events
+            .iter()
+            .rev()
+            .take(limit as usize)
+            .cloned()
+            .collect())
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

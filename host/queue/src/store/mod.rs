@@ -367,13 +367,15 @@ pub trait JobStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// The database failed.
-    async fn still_owned(&self, worker_id: &str, ids: &[String]) -> Result<Vec<String>, StoreError>;
+    async fn still_owned(&self, worker_id: &str, ids: &[String])
+        -> Result<Vec<String>, StoreError>;
 
     /// Stores progress JSON of a running job owned by `worker_id`.
     ///
     /// # Errors
     /// The database failed.
-    async fn set_progress(&self, worker_id: &str, id: &str, json: &str) -> Result<bool, StoreError>;
+    async fn set_progress(&self, worker_id: &str, id: &str, json: &str)
+        -> Result<bool, StoreError>;
 
     /// One job.
     ///

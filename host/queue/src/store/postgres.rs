@@ -28,13 +28,35 @@ use super::{
     StoreError, StoreEvent, TxConn, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
 };
 use crate::handler::Scope;
-use crate::job::{AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, StatusCounts};
+use crate::job::{
+    AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, StatusCounts,
+};
 
 const COLS: [&str; 24] = [
-    "id", "job_type", "payload", "scope_type", "scope_id", "status", "priority", "run_at",
-    "attempts", "max_attempts", "last_error", "dedupe_key", "lease_owner", "lease_expires_at",
-    "started_at", "finished_at", "result", "progress", "parent_id", "schedule_id", "expires_at",
-    "handler_version", "created_at", "updated_at",
+    "id",
+    "job_type",
+    "payload",
+    "scope_type",
+    "scope_id",
+    "status",
+    "priority",
+    "run_at",
+    "attempts",
+    "max_attempts",
+    "last_error",
+    "dedupe_key",
+    "lease_owner",
+    "lease_expires_at",
+    "started_at",
+    "finished_at",
+    "result",
+    "progress",
+    "parent_id",
+    "schedule_id",
+    "expires_at",
+    "handler_version",
+    "created_at",
+    "updated_at",
 ];
 
 const LIVE: &str = "status IN ('pending', 'running')";
@@ -57,8 +79,11 @@ fn dur_ms(d: Duration) -> i64 {
 pub fn valid_schema(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
-        && s.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && s.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
 }
 
 pub(crate) fn job_from_row(r: &PgRow) -> Result<Job, StoreError> {
@@ -117,23 +142,29 @@ impl Drop for PostgresStore {
     }
 }
 
-async fn insert_all(conn: &mut PgConnection, jobs_table: &str, jobs: &[InsertJob]) -> Result<Vec<AddResult>, StoreError> {
+async fn insert_all(
+    conn: &mut PgConnection,
+    jobs_table: &str,
+    jobs: &[InsertJob],
+) -> Result<Vec<AddResult>, StoreError> {
     let parents: Vec<String> = jobs
         .iter()
         .filter_map(|j| j.parent_id.clone())
         .filter(|p| !jobs.iter().any(|o| &o.id == p))
         .collect();
     if !parents.is_empty() {
-        let found: Vec<String> = sqlx::query_scalar(&format!("SELECT id FROM {jobs_table} WHERE id = ANY($1)"))
-            .bind(&parents)
-            .fetch_all(&mut *conn)
-            .await?;
+        let found: Vec<String> =
+            sqlx::query_scalar(&format!("SELECT id FROM {jobs_table} WHERE id = ANY($1)"))
+                .bind(&parents)
+                .fetch_all(&mut *conn)
+                .await?;
         if let Some(missing) = parents.into_iter().find(|p| !found.contains(p)) {
             return Err(StoreError::UnknownParent(missing));
         }
     }
     let mut pending: Vec<&InsertJob> = jobs.iter().collect();
-    let mut results: std::collections::HashMap<String, AddResult> = std::collections::HashMap::new();
+    let mut results: std::collections::HashMap<String, AddResult> =
+        std::collections::HashMap::new();
     for _round in 0..5 {
         if pending.is_empty() {
             break;
@@ -153,26 +184,80 @@ async fn insert_all(conn: &mut PgConnection, jobs_table: &str, jobs: &[InsertJob
         );
         let inserted: Vec<String> = sqlx::query_scalar(&sql)
             .bind(pending.iter().map(|j| j.id.clone()).collect::<Vec<_>>())
-            .bind(pending.iter().map(|j| j.job_type.clone()).collect::<Vec<_>>())
-            .bind(pending.iter().map(|j| j.payload.clone()).collect::<Vec<_>>())
-            .bind(pending.iter().map(|j| j.scope.as_ref().map(|s| s.scope_type.clone())).collect::<Vec<_>>())
-            .bind(pending.iter().map(|j| j.scope.as_ref().map(|s| s.scope_id.clone())).collect::<Vec<_>>())
+            .bind(
+                pending
+                    .iter()
+                    .map(|j| j.job_type.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                pending
+                    .iter()
+                    .map(|j| j.payload.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                pending
+                    .iter()
+                    .map(|j| j.scope.as_ref().map(|s| s.scope_type.clone()))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                pending
+                    .iter()
+                    .map(|j| j.scope.as_ref().map(|s| s.scope_id.clone()))
+                    .collect::<Vec<_>>(),
+            )
             .bind(pending.iter().map(|j| j.priority).collect::<Vec<_>>())
             .bind(pending.iter().map(|j| j.run_at).collect::<Vec<_>>())
             .bind(pending.iter().map(|j| dur_ms(j.delay)).collect::<Vec<_>>())
-            .bind(pending.iter().map(|j| i32::try_from(j.max_attempts).unwrap_or(i32::MAX)).collect::<Vec<_>>())
-            .bind(pending.iter().map(|j| j.dedupe_key.clone()).collect::<Vec<_>>())
-            .bind(pending.iter().map(|j| j.parent_id.clone()).collect::<Vec<_>>())
-            .bind(pending.iter().map(|j| j.schedule_id.clone()).collect::<Vec<_>>())
+            .bind(
+                pending
+                    .iter()
+                    .map(|j| i32::try_from(j.max_attempts).unwrap_or(i32::MAX))
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                pending
+                    .iter()
+                    .map(|j| j.dedupe_key.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                pending
+                    .iter()
+                    .map(|j| j.parent_id.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(
+                pending
+                    .iter()
+                    .map(|j| j.schedule_id.clone())
+                    .collect::<Vec<_>>(),
+            )
             .bind(pending.iter().map(|j| j.expires_at).collect::<Vec<_>>())
-            .bind(pending.iter().map(|j| j.ttl.map(dur_ms)).collect::<Vec<_>>())
+            .bind(
+                pending
+                    .iter()
+                    .map(|j| j.ttl.map(dur_ms))
+                    .collect::<Vec<_>>(),
+            )
             .fetch_all(&mut *conn)
             .await?;
         for id in inserted {
-            results.insert(id.clone(), AddResult { id, deduplicated: false });
+            results.insert(
+                id.clone(),
+                AddResult {
+                    id,
+                    deduplicated: false,
+                },
+            );
         }
         pending.retain(|j| !results.contains_key(&j.id));
-        let keys: Vec<String> = pending.iter().filter_map(|j| j.dedupe_key.clone()).collect();
+        let keys: Vec<String> = pending
+            .iter()
+            .filter_map(|j| j.dedupe_key.clone())
+            .collect();
         if keys.is_empty() {
             break;
         }
@@ -184,7 +269,10 @@ async fn insert_all(conn: &mut PgConnection, jobs_table: &str, jobs: &[InsertJob
         .await?;
         let mut live = std::collections::HashMap::new();
         for r in rows {
-            live.insert(r.try_get::<String, _>("dedupe_key")?, r.try_get::<String, _>("id")?);
+            live.insert(
+                r.try_get::<String, _>("dedupe_key")?,
+                r.try_get::<String, _>("id")?,
+            );
         }
         pending.retain(|j| match j.dedupe_key.as_ref().and_then(|k| live.get(k)) {
             Some(existing) => {
@@ -203,7 +291,10 @@ async fn insert_all(conn: &mut PgConnection, jobs_table: &str, jobs: &[InsertJob
     jobs.iter()
         .map(|j| {
             results.remove(&j.id).ok_or_else(|| {
-                StoreError::Corrupt(format!("job `{}` was neither inserted nor deduplicated", j.id))
+                StoreError::Corrupt(format!(
+                    "job `{}` was neither inserted nor deduplicated",
+                    j.id
+                ))
             })
         })
         .collect()
@@ -220,7 +311,9 @@ impl PostgresStore {
         if !valid_schema(schema) {
             return Err(StoreError::BadUrl {
                 url: "postgres://…".into(),
-                reason: format!("schema `{schema}` must be a lowercase identifier ([a-z_][a-z0-9_]*)"),
+                reason: format!(
+                    "schema `{schema}` must be a lowercase identifier ([a-z_][a-z0-9_]*)"
+                ),
             });
         }
         let opts = PgConnectOptions::from_str(url)?;
@@ -232,7 +325,9 @@ impl PostgresStore {
             .max_connections(4)
             .after_connect(|conn, _| {
                 Box::pin(async move {
-                    sqlx::query("SET synchronous_commit = off").execute(conn).await?;
+                    sqlx::query("SET synchronous_commit = off")
+                        .execute(conn)
+                        .await?;
                     Ok(())
                 })
             })
@@ -242,7 +337,9 @@ impl PostgresStore {
         let mut listener = PgListener::connect_with(&pool).await?;
         let inserted = format!("{schema}_jobs_inserted");
         let finished = format!("{schema}_jobs_finished");
-        listener.listen_all([inserted.as_str(), finished.as_str()]).await?;
+        listener
+            .listen_all([inserted.as_str(), finished.as_str()])
+            .await?;
         let tx = events.clone();
         let listener = tokio::spawn(async move {
             loop {
@@ -328,7 +425,12 @@ impl PostgresStore {
             q = q.bind(f.types.clone());
         }
         if !f.statuses.is_empty() {
-            q = q.bind(f.statuses.iter().map(|s| s.as_str().to_string()).collect::<Vec<_>>());
+            q = q.bind(
+                f.statuses
+                    .iter()
+                    .map(|s| s.as_str().to_string())
+                    .collect::<Vec<_>>(),
+            );
         }
         if let Some(s) = &f.scope {
             q = q.bind(s.scope_type.clone()).bind(s.scope_id.clone());
@@ -363,7 +465,9 @@ impl JobStore for PostgresStore {
     }
 
     async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
-        Ok(sqlx::query_scalar("SELECT now()").fetch_one(&self.pool).await?)
+        Ok(sqlx::query_scalar("SELECT now()")
+            .fetch_one(&self.pool)
+            .await?)
     }
 
     async fn add_many(&self, jobs: Vec<InsertJob>) -> Result<Vec<AddResult>, StoreError> {
@@ -371,7 +475,11 @@ impl JobStore for PostgresStore {
         insert_all(&mut conn, &self.jobs, &jobs).await
     }
 
-    async fn add_in_tx(&self, conn: TxConn<'_>, jobs: Vec<InsertJob>) -> Result<Vec<AddResult>, StoreError> {
+    async fn add_in_tx(
+        &self,
+        conn: TxConn<'_>,
+        jobs: Vec<InsertJob>,
+    ) -> Result<Vec<AddResult>, StoreError> {
         match conn {
             TxConn::Postgres(c) => insert_all(c, &self.jobs, &jobs).await,
             TxConn::Sqlite(_) => Err(StoreError::Unsupported(
@@ -512,7 +620,11 @@ impl JobStore for PostgresStore {
                 scope,
                 include_running,
             } => {
-                let st = if *include_running { LIVE } else { "status = 'pending'" };
+                let st = if *include_running {
+                    LIVE
+                } else {
+                    "status = 'pending'"
+                };
                 (
                     format!("scope_type = $2[1] AND scope_id = $2[2] AND {st}"),
                     vec![scope.scope_type.clone(), scope.scope_id.clone()],
@@ -581,7 +693,11 @@ impl JobStore for PostgresStore {
         rows_to_jobs(&rows)
     }
 
-    async fn still_owned(&self, worker_id: &str, ids: &[String]) -> Result<Vec<String>, StoreError> {
+    async fn still_owned(
+        &self,
+        worker_id: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>, StoreError> {
         Ok(sqlx::query_scalar(&format!(
             "SELECT id FROM {} WHERE id = ANY($1) AND status = 'running' AND lease_owner = $2",
             self.jobs
@@ -592,7 +708,12 @@ impl JobStore for PostgresStore {
         .await?)
     }
 
-    async fn set_progress(&self, worker_id: &str, id: &str, json: &str) -> Result<bool, StoreError> {
+    async fn set_progress(
+        &self,
+        worker_id: &str,
+        id: &str,
+        json: &str,
+    ) -> Result<bool, StoreError> {
         let r = sqlx::query(&format!(
             "UPDATE {} SET progress = $1, updated_at = now() \
              WHERE id = $2 AND status = 'running' AND lease_owner = $3",
@@ -607,10 +728,14 @@ impl JobStore for PostgresStore {
     }
 
     async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
-        let row = sqlx::query(&format!("SELECT {} FROM {} WHERE id = $1", cols(""), self.jobs))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(&format!(
+            "SELECT {} FROM {} WHERE id = $1",
+            cols(""),
+            self.jobs
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
         row.as_ref().map(job_from_row).transpose()
     }
 
@@ -633,9 +758,12 @@ impl JobStore for PostgresStore {
     }
 
     async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
-        let rows = sqlx::query(&format!("SELECT status, COUNT(*) AS n FROM {} GROUP BY status", self.jobs))
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(&format!(
+            "SELECT status, COUNT(*) AS n FROM {} GROUP BY status",
+            self.jobs
+        ))
+        .fetch_all(&self.pool)
+        .await?;
         let mut c = StatusCounts::default();
         for r in rows {
             let s: String = r.try_get("status")?;
@@ -718,8 +846,9 @@ impl JobStore for PostgresStore {
                     job_type: r.try_get("job_type")?,
                     file: r.try_get("file")?,
                     digest: r.try_get("digest")?,
-                    kind: HandlerEventKind::parse(&kind)
-                        .ok_or_else(|| StoreError::Corrupt(format!("handler event kind `{kind}`")))?,
+                    kind: HandlerEventKind::parse(&kind).ok_or_else(|| {
+                        StoreError::Corrupt(format!("handler event kind `{kind}`"))
+                    })?,
                     reason: r.try_get("reason")?,
                 })
             })

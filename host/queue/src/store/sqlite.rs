@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
 use sqlx::{Row, SqliteConnection, SqlitePool};
 use tokio::sync::broadcast;
 
@@ -27,11 +29,14 @@ use super::{
     StoreError, StoreEvent, TxConn, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
 };
 use crate::handler::Scope;
-use crate::job::{AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, StatusCounts};
+use crate::job::{
+    AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, StatusCounts,
+};
 
 mod guarded;
 
-const COLS: &str = "id, job_type, payload, scope_type, scope_id, status, priority, run_at, attempts, \
+const COLS: &str =
+    "id, job_type, payload, scope_type, scope_id, status, priority, run_at, attempts, \
     max_attempts, last_error, dedupe_key, lease_owner, lease_expires_at, started_at, finished_at, \
     result, progress, parent_id, schedule_id, expires_at, handler_version, created_at, updated_at";
 
@@ -115,13 +120,15 @@ fn rows_to_jobs(rows: &[SqliteRow]) -> Result<Vec<Job>, StoreError> {
 }
 
 /// Inserts jobs on `conn` (the caller owns the transaction).
-async fn insert_all(conn: &mut SqliteConnection, jobs: &[InsertJob]) -> Result<Vec<AddResult>, StoreError> {
+async fn insert_all(
+    conn: &mut SqliteConnection,
+    jobs: &[InsertJob],
+) -> Result<Vec<AddResult>, StoreError> {
     let now = Utc::now();
-    let insert = format!(
-        "INSERT INTO boxcar_jobs (id, job_type, payload, scope_type, scope_id, status, priority, run_at, \
-         attempts, max_attempts, dedupe_key, parent_id, schedule_id, expires_at, created_at, updated_at) \
-         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
-    );
+    let insert = "INSERT INTO boxcar_jobs (id, job_type, payload, scope_type, scope_id, status, \
+         priority, run_at, attempts, max_attempts, dedupe_key, parent_id, schedule_id, expires_at, \
+         created_at, updated_at) \
+         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING";
     let mut out = Vec::with_capacity(jobs.len());
     for j in jobs {
         if let Some(p) = &j.parent_id {
@@ -141,7 +148,7 @@ async fn insert_all(conn: &mut SqliteConnection, jobs: &[InsertJob]) -> Result<V
             .expires_at
             .map(ms)
             .or_else(|| j.ttl.map(|t| ms(now) + dur_ms(t)));
-        let done = sqlx::query(&insert)
+        let done = sqlx::query(insert)
             .bind(&j.id)
             .bind(&j.job_type)
             .bind(&j.payload)
@@ -256,7 +263,9 @@ impl JobStore for SqliteStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
-        sqlx::migrate!("../../migrations/sqlite").run(&self.pool).await?;
+        sqlx::migrate!("../../migrations/sqlite")
+            .run(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -278,11 +287,16 @@ impl JobStore for SqliteStore {
         Ok(out)
     }
 
-    async fn add_in_tx(&self, conn: TxConn<'_>, jobs: Vec<InsertJob>) -> Result<Vec<AddResult>, StoreError> {
+    async fn add_in_tx(
+        &self,
+        conn: TxConn<'_>,
+        jobs: Vec<InsertJob>,
+    ) -> Result<Vec<AddResult>, StoreError> {
         match conn {
             TxConn::Sqlite(c) => insert_all(c, &jobs).await,
             TxConn::Postgres(_) => Err(StoreError::Unsupported(
-                "this queue uses SQLite; enqueue through a SQLite transaction on the same file".into(),
+                "this queue uses SQLite; enqueue through a SQLite transaction on the same file"
+                    .into(),
             )),
         }
     }
@@ -354,25 +368,26 @@ impl JobStore for SqliteStore {
     async fn complete(&self, p: CompleteParams) -> Result<Vec<String>, StoreError> {
         let _w = self.write.lock().await;
         let now = ms(Utc::now());
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let mut done = Vec::with_capacity(p.jobs.len());
-        for c in &p.jobs {
-            let r = sqlx::query(
-                "UPDATE boxcar_jobs SET status = 'succeeded', result = ?1, finished_at = ?2, \
-                   lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2 \
-                 WHERE id = ?3 AND status = 'running' AND lease_owner = ?4",
-            )
-            .bind(&c.result)
-            .bind(now)
-            .bind(&c.id)
-            .bind(&p.worker_id)
-            .execute(&mut *tx)
-            .await?;
-            if r.rows_affected() == 1 {
-                done.push(c.id.clone());
-            }
-        }
-        tx.commit().await?;
+        let batch = serde_json::Value::Array(
+            p.jobs
+                .iter()
+                .map(|c| serde_json::json!({ "id": c.id, "result": c.result }))
+                .collect(),
+        )
+        .to_string();
+        let done: Vec<String> = sqlx::query_scalar(
+            "UPDATE boxcar_jobs SET status = 'succeeded', result = c.result, finished_at = ?1, \
+               lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1 \
+             FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.result') AS result \
+                   FROM json_each(?2)) AS c \
+             WHERE boxcar_jobs.id = c.id AND +boxcar_jobs.status = 'running' AND boxcar_jobs.lease_owner = ?3 \
+             RETURNING boxcar_jobs.id",
+        )
+        .bind(now)
+        .bind(batch)
+        .bind(&p.worker_id)
+        .fetch_all(&self.pool)
+        .await?;
         for id in &done {
             self.notify(StoreEvent::Finished(id.clone()));
         }
@@ -440,7 +455,8 @@ impl JobStore for SqliteStore {
         let _w = self.write.lock().await;
         let now = ms(Utc::now());
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let select = "SELECT id, job_type, scope_type, scope_id, status, attempts FROM boxcar_jobs WHERE ";
+        let select =
+            "SELECT id, job_type, scope_type, scope_id, status, attempts FROM boxcar_jobs WHERE ";
         let rows = match &p.target {
             CancelTarget::Ids(ids) => {
                 sqlx::query(&format!("{select} id IN (SELECT value FROM json_each(?)) AND +{LIVE}"))
@@ -540,7 +556,11 @@ impl JobStore for SqliteStore {
         Ok(jobs)
     }
 
-    async fn still_owned(&self, worker_id: &str, ids: &[String]) -> Result<Vec<String>, StoreError> {
+    async fn still_owned(
+        &self,
+        worker_id: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT id FROM boxcar_jobs WHERE id IN (SELECT value FROM json_each(?1)) \
                AND +status = 'running' AND lease_owner = ?2",
@@ -551,7 +571,12 @@ impl JobStore for SqliteStore {
         .await?)
     }
 
-    async fn set_progress(&self, worker_id: &str, id: &str, json: &str) -> Result<bool, StoreError> {
+    async fn set_progress(
+        &self,
+        worker_id: &str,
+        id: &str,
+        json: &str,
+    ) -> Result<bool, StoreError> {
         let _w = self.write.lock().await;
         let r = sqlx::query(
             "UPDATE boxcar_jobs SET progress = ?1, updated_at = ?2 \
@@ -688,8 +713,9 @@ impl JobStore for SqliteStore {
                     job_type: r.try_get("job_type")?,
                     file: r.try_get("file")?,
                     digest: r.try_get("digest")?,
-                    kind: HandlerEventKind::parse(&kind)
-                        .ok_or_else(|| StoreError::Corrupt(format!("handler event kind `{kind}`")))?,
+                    kind: HandlerEventKind::parse(&kind).ok_or_else(|| {
+                        StoreError::Corrupt(format!("handler event kind `{kind}`"))
+                    })?,
                     reason: r.try_get("reason")?,
                 })
             })

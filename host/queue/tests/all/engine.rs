@@ -50,7 +50,12 @@ impl LifecycleObserver for Recorder {
 
 impl Recorder {
     fn outcomes(&self, id: &str) -> Vec<LifecycleOutcome> {
-        self.0.lock().iter().filter(|e| e.job_id == id).map(|e| e.outcome).collect()
+        self.0
+            .lock()
+            .iter()
+            .filter(|e| e.job_id == id)
+            .map(|e| e.outcome)
+            .collect()
     }
 }
 
@@ -98,21 +103,43 @@ async fn outcomes_and_retries(fx: &Fixture) {
             calls.fetch_add(1, Ordering::SeqCst);
             let p: serde_json::Value = serde_json::from_str(&job.payload).unwrap();
             match p["kind"].as_str().unwrap() {
-                "ok" => Outcome::Succeeded { result: Some("{\"answer\":42}".into()) },
-                "flaky" if job.attempt < 2 => Outcome::Trapped { message: "boom".into() },
+                "ok" => Outcome::Succeeded {
+                    result: Some("{\"answer\":42}".into()),
+                },
+                "flaky" if job.attempt < 2 => Outcome::Trapped {
+                    message: "boom".into(),
+                },
                 "flaky" => Outcome::Succeeded { result: None },
-                "last-try" if job.attempt == job.max_attempts => Outcome::Succeeded { result: Some("\"degraded\"".into()) },
-                "terminal" => Outcome::Terminal { message: "gone".into(), code: None, details: None },
-                "floor" => Outcome::Retryable { message: "later".into(), retry_after: Some(Duration::from_secs(3600)), consumes_attempt: true },
-                "free" if job.attempt == 1 && job.max_attempts == 1 => {
-                    Outcome::Retryable { message: "rate".into(), retry_after: Some(Duration::from_millis(20)), consumes_attempt: false }
-                }
-                _ => Outcome::Retryable { message: "try again".into(), retry_after: None, consumes_attempt: true },
+                "last-try" if job.attempt == job.max_attempts => Outcome::Succeeded {
+                    result: Some("\"degraded\"".into()),
+                },
+                "terminal" => Outcome::Terminal {
+                    message: "gone".into(),
+                    code: None,
+                    details: None,
+                },
+                "floor" => Outcome::Retryable {
+                    message: "later".into(),
+                    retry_after: Some(Duration::from_secs(3600)),
+                    consumes_attempt: true,
+                },
+                "free" if job.attempt == 1 && job.max_attempts == 1 => Outcome::Retryable {
+                    message: "rate".into(),
+                    retry_after: Some(Duration::from_millis(20)),
+                    consumes_attempt: false,
+                },
+                _ => Outcome::Retryable {
+                    message: "try again".into(),
+                    retry_after: None,
+                    consumes_attempt: true,
+                },
             }
         }
     });
     let w = start(&q, "job", h, settings(5_000));
-    let add = |kind: &str, attempts: u32| NewJob::new("job", &json!({ "kind": kind })).max_attempts(attempts);
+    let add = |kind: &str, attempts: u32| {
+        NewJob::new("job", &json!({ "kind": kind })).max_attempts(attempts)
+    };
     let ok = q.add(add("ok", 3)).await.unwrap().id;
     let flaky = q.add(add("flaky", 3)).await.unwrap().id;
     let last = q.add(add("last-try", 3)).await.unwrap().id;
@@ -128,31 +155,71 @@ async fn outcomes_and_retries(fx: &Fixture) {
     let j = q.wait(&flaky, Duration::from_secs(10)).await.unwrap();
     assert_eq!((j.status, j.attempts), (JobStatus::Succeeded, 2));
     let j = q.wait(&last, Duration::from_secs(10)).await.unwrap();
-    assert_eq!((j.status, j.attempts, j.result.as_deref()), (JobStatus::Succeeded, 3, Some("\"degraded\"")));
+    assert_eq!(
+        (j.status, j.attempts, j.result.as_deref()),
+        (JobStatus::Succeeded, 3, Some("\"degraded\""))
+    );
     let j = q.wait(&terminal, Duration::from_secs(10)).await.unwrap();
-    assert_eq!((j.status, j.attempts, j.last_error.as_deref()), (JobStatus::Failed, 1, Some("gone")));
+    assert_eq!(
+        (j.status, j.attempts, j.last_error.as_deref()),
+        (JobStatus::Failed, 1, Some("gone"))
+    );
     let j = q.wait(&exhaust, Duration::from_secs(10)).await.unwrap();
-    assert_eq!((j.status, j.attempts, j.last_error.as_deref()), (JobStatus::Failed, 2, Some("try again")));
-    assert!(eventually(Duration::from_secs(5), || async {
-        q.get(&floor).await.unwrap().is_some_and(|j| j.status == JobStatus::Pending && j.attempts == 1)
-    })
-    .await);
+    assert_eq!(
+        (j.status, j.attempts, j.last_error.as_deref()),
+        (JobStatus::Failed, 2, Some("try again"))
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            q.get(&floor)
+                .await
+                .unwrap()
+                .is_some_and(|j| j.status == JobStatus::Pending && j.attempts == 1)
+        })
+        .await
+    );
     let j = q.get(&floor).await.unwrap().unwrap();
-    assert!(j.run_at > chrono::Utc::now() + chrono::Duration::minutes(50), "retry_after is a floor above max_backoff");
-    assert!(eventually(Duration::from_secs(5), || async {
-        q.get(&free).await.unwrap().is_some_and(|j| j.last_error.as_deref() == Some("rate"))
-    })
-    .await);
+    assert!(
+        j.run_at > chrono::Utc::now() + chrono::Duration::minutes(50),
+        "retry_after is a floor above max_backoff"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || async {
+            q.get(&free)
+                .await
+                .unwrap()
+                .is_some_and(|j| j.last_error.as_deref() == Some("rate"))
+        })
+        .await
+    );
     let j = q.get(&free).await.unwrap().unwrap();
-    assert!(j.status != JobStatus::Failed && j.attempts <= 1, "consumes_attempt=false never exhausts: {j:?}");
-    let err = q.wait(&floor, Duration::from_millis(100)).await.unwrap_err();
+    assert!(
+        j.status != JobStatus::Failed && j.attempts <= 1,
+        "consumes_attempt=false never exhausts: {j:?}"
+    );
+    let err = q
+        .wait(&floor, Duration::from_millis(100))
+        .await
+        .unwrap_err();
     assert!(matches!(err, boxcar_queue::WaitError::Timeout(_)), "{err}");
     w.shutdown().await;
-    assert!(eventually(Duration::from_secs(2), || async {
-        rec.outcomes(&flaky) == vec![LifecycleOutcome::Started, LifecycleOutcome::RetryScheduled, LifecycleOutcome::Started, LifecycleOutcome::Succeeded]
-    })
-    .await, "events: {:?}", rec.outcomes(&flaky));
-    assert!(rec.outcomes(&terminal).contains(&LifecycleOutcome::FailedTerminal));
+    assert!(
+        eventually(Duration::from_secs(2), || async {
+            rec.outcomes(&flaky)
+                == vec![
+                    LifecycleOutcome::Started,
+                    LifecycleOutcome::RetryScheduled,
+                    LifecycleOutcome::Started,
+                    LifecycleOutcome::Succeeded,
+                ]
+        })
+        .await,
+        "events: {:?}",
+        rec.outcomes(&flaky)
+    );
+    assert!(rec
+        .outcomes(&terminal)
+        .contains(&LifecycleOutcome::FailedTerminal));
 }
 
 async fn timeout_and_cancel(fx: &Fixture) {
@@ -171,19 +238,38 @@ async fn timeout_and_cancel(fx: &Fixture) {
         }
     });
     let w = start(&q, "slow", h, settings(300));
-    let stubborn = q.add(NewJob::new("slow", &json!({"stubborn": true})).max_attempts(1)).await.unwrap().id;
+    let stubborn = q
+        .add(NewJob::new("slow", &json!({"stubborn": true})).max_attempts(1))
+        .await
+        .unwrap()
+        .id;
     let j = q.wait(&stubborn, Duration::from_secs(5)).await.unwrap();
     assert_eq!(j.status, JobStatus::Failed);
-    assert!(j.last_error.unwrap().contains("timed out"), "a handler that never returns is stopped");
-    let polite = q.add(NewJob::new("slow", &json!({})).max_attempts(1)).await.unwrap().id;
+    assert!(
+        j.last_error.unwrap().contains("timed out"),
+        "a handler that never returns is stopped"
+    );
+    let polite = q
+        .add(NewJob::new("slow", &json!({})).max_attempts(1))
+        .await
+        .unwrap()
+        .id;
     assert!(wait_status(&q, &polite, JobStatus::Running).await);
     let t0 = std::time::Instant::now();
     assert!(q.cancel(&polite, "user asked").await.unwrap());
-    tokio::time::timeout(Duration::from_secs(1), stopped.notified()).await.expect("cancel reaches the handler");
-    assert!(t0.elapsed() < Duration::from_millis(200), "in-process cancel is immediate");
+    tokio::time::timeout(Duration::from_secs(1), stopped.notified())
+        .await
+        .expect("cancel reaches the handler");
+    assert!(
+        t0.elapsed() < Duration::from_millis(200),
+        "in-process cancel is immediate"
+    );
     tokio::time::sleep(Duration::from_millis(100)).await;
     let j = q.get(&polite).await.unwrap().unwrap();
-    assert_eq!((j.status, j.last_error.as_deref()), (JobStatus::Cancelled, Some("user asked")));
+    assert_eq!(
+        (j.status, j.last_error.as_deref()),
+        (JobStatus::Cancelled, Some("user asked"))
+    );
     w.shutdown().await;
 }
 
@@ -198,9 +284,16 @@ async fn shutdown_releases(fx: &Fixture) {
     assert!(wait_status(&q, &id, JobStatus::Running).await);
     let t0 = std::time::Instant::now();
     w.shutdown().await;
-    assert!(t0.elapsed() < Duration::from_secs(2), "shutdown is bounded by the graces");
+    assert!(
+        t0.elapsed() < Duration::from_secs(2),
+        "shutdown is bounded by the graces"
+    );
     let j = q.get(&id).await.unwrap().unwrap();
-    assert_eq!((j.status, j.attempts, j.lease_owner.clone()), (JobStatus::Pending, 0, None), "released, attempt given back");
+    assert_eq!(
+        (j.status, j.attempts, j.lease_owner.clone()),
+        (JobStatus::Pending, 0, None),
+        "released, attempt given back"
+    );
 }
 
 async fn renewal_and_reconcile(fx: &Fixture) {
@@ -210,21 +303,40 @@ async fn renewal_and_reconcile(fx: &Fixture) {
     let h = handler(move |job: JobRun, ctx: JobContext| {
         let lost = l2.clone();
         async move {
-            let ms = if job.payload.contains("long") { 900 } else { 60_000 };
+            let ms = if job.payload.contains("long") {
+                900
+            } else {
+                60_000
+            };
             tokio::select! {
                 () = tokio::time::sleep(Duration::from_millis(ms)) => Outcome::Succeeded { result: None },
                 () = ctx.cancel.cancelled() => { lost.notify_one(); Outcome::Cancelled }
             }
         }
     });
-    let s = HandlerSettings { lease_duration: Some(Duration::from_millis(300)), ..settings(60_000) };
+    let s = HandlerSettings {
+        lease_duration: Some(Duration::from_millis(300)),
+        ..settings(60_000)
+    };
     let w = start(&q, "long", h, s);
-    let id = q.add(NewJob::new("long", &json!({"long": true}))).await.unwrap().id;
+    let id = q
+        .add(NewJob::new("long", &json!({"long": true})))
+        .await
+        .unwrap()
+        .id;
     assert!(wait_status(&q, &id, JobStatus::Running).await);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(w.maintenance().rescue_once().await.unwrap(), 0, "a renewed lease is not rescued");
+    assert_eq!(
+        w.maintenance().rescue_once().await.unwrap(),
+        0,
+        "a renewed lease is not rescued"
+    );
     let j = q.wait(&id, Duration::from_secs(5)).await.unwrap();
-    assert_eq!((j.status, j.attempts), (JobStatus::Succeeded, 1), "outlived its lease thanks to renewal");
+    assert_eq!(
+        (j.status, j.attempts),
+        (JobStatus::Succeeded, 1),
+        "outlived its lease thanks to renewal"
+    );
     let other = Queue::new(fx.reopen().await, Default::default()).unwrap();
     let id = q.add(NewJob::new("long", &json!({}))).await.unwrap().id;
     assert!(wait_status(&q, &id, JobStatus::Running).await);
@@ -236,7 +348,10 @@ async fn renewal_and_reconcile(fx: &Fixture) {
     tokio::time::timeout(Duration::from_secs(2), lost.notified())
         .await
         .expect("the reconcile pass aborts a run whose row is no longer ours");
-    assert_eq!(q.get(&id).await.unwrap().unwrap().status, JobStatus::Cancelled);
+    assert_eq!(
+        q.get(&id).await.unwrap().unwrap().status,
+        JobStatus::Cancelled
+    );
     w.shutdown().await;
 }
 
@@ -263,12 +378,17 @@ async fn observers_cannot_stall(fx: &Fixture) {
     let jobs = (0..200).map(|_| NewJob::new("obs", &json!({}))).collect();
     q.add_many(jobs).await.unwrap();
     let store = fx.store.clone();
-    assert!(eventually(Duration::from_secs(10), || {
-        let store = store.clone();
-        async move { store.count_by_status().await.unwrap().succeeded == 200 }
-    })
-    .await);
-    assert!(t0.elapsed() < Duration::from_secs(5), "a slow observer (200 ms per event) did not slow the queue");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let store = store.clone();
+            async move { store.count_by_status().await.unwrap().succeeded == 200 }
+        })
+        .await
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "a slow observer (200 ms per event) did not slow the queue"
+    );
     w.shutdown().await;
 }
 
@@ -282,37 +402,67 @@ async fn services(fx: &Fixture) {
             if job.job_type == "parent" {
                 ctx.services.progress("{\"step\":1}".into()).await.unwrap();
                 let kids = ctx.services.children().await.unwrap();
-                seen.lock().extend(kids.iter().map(|k| format!("{}:{}", k.job_type, k.status)));
-                let refused = ctx.services.enqueue(ChildJobRequest { job_type: "secret".into(), payload: "{}".into(), ..Default::default() }).await;
+                seen.lock()
+                    .extend(kids.iter().map(|k| format!("{}:{}", k.job_type, k.status)));
+                let refused = ctx
+                    .services
+                    .enqueue(ChildJobRequest {
+                        job_type: "secret".into(),
+                        payload: "{}".into(),
+                        ..Default::default()
+                    })
+                    .await;
                 assert_eq!(refused, Err(ServiceError::NotAllowed("secret".into())));
-                let id = ctx.services.enqueue(ChildJobRequest { job_type: "child".into(), payload: "{}".into(), ..Default::default() }).await.unwrap();
+                let id = ctx
+                    .services
+                    .enqueue(ChildJobRequest {
+                        job_type: "child".into(),
+                        payload: "{}".into(),
+                        ..Default::default()
+                    })
+                    .await
+                    .unwrap();
                 seen.lock().push(format!("enqueued:{}", !id.is_empty()));
             }
             Outcome::Succeeded { result: None }
         }
     });
     let reg = Registry::new();
-    let parent = HandlerSettings { may_enqueue: vec!["child".into()], ..settings(5_000) };
+    let parent = HandlerSettings {
+        may_enqueue: vec!["child".into()],
+        ..settings(5_000)
+    };
     reg.register("parent", h.clone(), parent).unwrap();
     reg.register("child", h, settings(5_000)).unwrap();
     let w = Worker::start(q.clone(), reg, fast_opts()).unwrap();
     let pid = q
-        .add_flow(NewJob::new("parent", &json!({})), vec![NewJob::new("child", &json!({}))])
+        .add_flow(
+            NewJob::new("parent", &json!({})),
+            vec![NewJob::new("child", &json!({}))],
+        )
         .await
         .unwrap();
     let j = q.wait(&pid, Duration::from_secs(10)).await.unwrap();
     assert_eq!(j.status, JobStatus::Succeeded);
     assert_eq!(j.progress.as_deref(), Some("{\"step\":1}"));
-    assert_eq!(*seen.lock(), vec!["child:succeeded".to_string(), "enqueued:true".to_string()]);
+    assert_eq!(
+        *seen.lock(),
+        vec!["child:succeeded".to_string(), "enqueued:true".to_string()]
+    );
     let err = q.add(NewJob::new("nobody", &json!({}))).await.unwrap_err();
-    assert!(err.to_string().contains("unknown job type"), "a worker's registry makes enqueue check types: {err}");
+    assert!(
+        err.to_string().contains("unknown job type"),
+        "a worker's registry makes enqueue check types: {err}"
+    );
     w.shutdown().await;
 }
 
 async fn run_engine_suite(backend: Backend) {
     macro_rules! check {
         ($f:ident) => {{
-            let Some(fx) = Fixture::new(backend).await else { return };
+            let Some(fx) = Fixture::new(backend).await else {
+                return;
+            };
             eprintln!("engine {backend:?}: {}", stringify!($f));
             $f(&fx).await;
             fx.finish().await;

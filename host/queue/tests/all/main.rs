@@ -1,6 +1,7 @@
 //! The one integration test binary of boxcar-queue.
 #![allow(clippy::unwrap_used)]
 
+mod admin;
 mod conformance;
 mod engine;
 mod multiprocess;

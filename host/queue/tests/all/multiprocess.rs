@@ -28,7 +28,9 @@ impl Proc {
         let mut child = cmd.spawn().expect("spawn testworker");
         let out = child.stdout.take().expect("stdout");
         let mut first = String::new();
-        BufReader::new(out).read_line(&mut first).expect("read ready");
+        BufReader::new(out)
+            .read_line(&mut first)
+            .expect("read ready");
         assert_eq!(first.trim(), "ready", "testworker did not start");
         Self(child)
     }
@@ -52,6 +54,14 @@ impl Drop for Proc {
 
 /// `(what, job id, pid)` lines of the execution log.
 fn read_log(path: &Path) -> Vec<(String, String, u32)> {
+    read_timed_log(path)
+        .into_iter()
+        .map(|(w, i, p, _)| (w, i, p))
+        .collect()
+}
+
+/// `(what, job id, pid, µs since the epoch)` lines of the execution log.
+fn read_timed_log(path: &Path) -> Vec<(String, String, u32, u128)> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     text.lines()
         .filter_map(|l| {
@@ -59,7 +69,8 @@ fn read_log(path: &Path) -> Vec<(String, String, u32)> {
             let what = it.next()?.to_string();
             let id = it.next()?.to_string();
             let pid = it.next()?.parse().ok()?;
-            Some((what, id, pid))
+            let at = it.next()?.parse().ok()?;
+            Some((what, id, pid, at))
         })
         .collect()
 }
@@ -69,19 +80,29 @@ fn log_path(dir: &tempfile::TempDir) -> PathBuf {
 }
 
 async fn drain_four_processes(backend: Backend) {
-    let Some(fx) = Fixture::new(backend).await else { return };
+    let Some(fx) = Fixture::new(backend).await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let log = log_path(&dir);
     let q = fx.queue();
     const N: usize = 10_000;
     let mut ids = Vec::with_capacity(N);
     for chunk in 0..(N / 1000) {
-        let jobs = (0..1000).map(|i| NewJob::new("mp", &json!({"n": chunk * 1000 + i}))).collect();
+        let jobs = (0..1000)
+            .map(|i| NewJob::new("mp", &json!({"n": chunk * 1000 + i})))
+            .collect();
         ids.extend(q.add_many(jobs).await.unwrap().into_iter().map(|r| r.id));
     }
     let t0 = Instant::now();
     let mut procs: Vec<Proc> = (0..4)
-        .map(|_| Proc::spawn(&fx.url, &log, &[("BOXCAR_CONCURRENCY", "8"), ("BOXCAR_POLL_MS", "100")]))
+        .map(|_| {
+            Proc::spawn(
+                &fx.url,
+                &log,
+                &[("BOXCAR_CONCURRENCY", "8"), ("BOXCAR_POLL_MS", "100")],
+            )
+        })
         .collect();
     let store = fx.store.clone();
     let done = eventually(Duration::from_secs(180), || {
@@ -93,7 +114,11 @@ async fn drain_four_processes(backend: Backend) {
     for p in &mut procs {
         p.kill();
     }
-    assert!(done, "not all jobs succeeded: {:?}", fx.store.count_by_status().await.unwrap());
+    assert!(
+        done,
+        "not all jobs succeeded: {:?}",
+        fx.store.count_by_status().await.unwrap()
+    );
     let lines = read_log(&log);
     let mut ends: HashMap<&str, usize> = HashMap::new();
     let mut by_pid: HashMap<u32, usize> = HashMap::new();
@@ -104,25 +129,48 @@ async fn drain_four_processes(backend: Backend) {
         }
     }
     for id in &ids {
-        assert_eq!(ends.get(id.as_str()), Some(&1), "job {id} ran {:?} times", ends.get(id.as_str()));
+        assert_eq!(
+            ends.get(id.as_str()),
+            Some(&1),
+            "job {id} ran {:?} times",
+            ends.get(id.as_str())
+        );
     }
-    assert_eq!(lines.iter().filter(|l| l.0 == "start").count(), N, "no job started twice");
+    assert_eq!(
+        lines.iter().filter(|l| l.0 == "start").count(),
+        N,
+        "no job started twice"
+    );
     assert!(by_pid.len() >= 2, "work spread over processes: {by_pid:?}");
     eprintln!("{backend:?}: 4 processes drained {N} jobs in {elapsed:?} ({by_pid:?})");
     fx.finish().await;
 }
 
 async fn sigkill_recovery(backend: Backend) {
-    let Some(fx) = Fixture::new(backend).await else { return };
+    let Some(fx) = Fixture::new(backend).await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let log = log_path(&dir);
     let q = fx.queue();
-    let a = q.add(NewJob::new("mp", &json!({})).max_attempts(3)).await.unwrap().id;
-    let b = q.add(NewJob::new("mp", &json!({})).max_attempts(3)).await.unwrap().id;
+    let a = q
+        .add(NewJob::new("mp", &json!({})).max_attempts(3))
+        .await
+        .unwrap()
+        .id;
+    let b = q
+        .add(NewJob::new("mp", &json!({})).max_attempts(3))
+        .await
+        .unwrap()
+        .id;
     let mut victim = Proc::spawn(
         &fx.url,
         &log,
-        &[("BOXCAR_MODE", "sleep:600000"), ("BOXCAR_LEASE_MS", "1000"), ("BOXCAR_POLL_MS", "100")],
+        &[
+            ("BOXCAR_MODE", "sleep:600000"),
+            ("BOXCAR_LEASE_MS", "1000"),
+            ("BOXCAR_POLL_MS", "100"),
+        ],
     );
     let victim_pid = victim.pid();
     let started = eventually(Duration::from_secs(20), || async {
@@ -146,38 +194,137 @@ async fn sigkill_recovery(backend: Backend) {
         assert_eq!(j.attempts, 2, "the recovery counts as a new attempt");
     }
     let lines = read_log(&log);
-    assert!(lines.iter().all(|l| l.0 != "end" || l.2 != victim_pid), "the victim never finished");
+    assert!(
+        lines.iter().all(|l| l.0 != "end" || l.2 != victim_pid),
+        "the victim never finished"
+    );
     eprintln!("{backend:?}: recovered after SIGKILL in {:?}", t0.elapsed());
     fx.finish().await;
 }
 
 async fn cancel_reaches_other_process(backend: Backend) {
-    let Some(fx) = Fixture::new(backend).await else { return };
+    let Some(fx) = Fixture::new(backend).await else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let log = log_path(&dir);
     let _worker = Proc::spawn(&fx.url, &log, &[("BOXCAR_MODE", "until-cancel")]);
     let q = fx.queue();
     let scope = Scope::new("doc", "9");
-    let id = q.add(NewJob::new("mp", &json!({})).scope(scope.clone())).await.unwrap().id;
+    let id = q
+        .add(NewJob::new("mp", &json!({})).scope(scope.clone()))
+        .await
+        .unwrap()
+        .id;
     let started = eventually(Duration::from_secs(20), || async {
         read_log(&log).iter().any(|l| l.0 == "start" && l.1 == id)
     })
     .await;
     assert!(started);
     let t0 = Instant::now();
-    assert_eq!(q.cancel_for_scope(scope, "document deleted").await.unwrap(), 1);
+    assert_eq!(
+        q.cancel_for_scope(scope, "document deleted").await.unwrap(),
+        1
+    );
     let aborted = eventually(Duration::from_secs(5), || async {
-        read_log(&log).iter().any(|l| l.0 == "cancelled" && l.1 == id)
+        read_log(&log)
+            .iter()
+            .any(|l| l.0 == "cancelled" && l.1 == id)
     })
     .await;
     let took = t0.elapsed();
     assert!(aborted, "the other process never aborted the job");
-    assert!(took <= Duration::from_millis(1500), "abort took {took:?}, over one poll interval + 1 s");
+    assert!(
+        took <= Duration::from_millis(1500),
+        "abort took {took:?}, over one poll interval + 1 s"
+    );
     let j = fx.store.get(&id).await.unwrap().unwrap();
     assert_eq!(j.status, JobStatus::Cancelled);
     assert_eq!(j.last_error.as_deref(), Some("document deleted"));
     eprintln!("{backend:?}: cross-process cancel aborted the run in {took:?}");
     fx.finish().await;
+}
+
+async fn scope_guard_across_processes(backend: Backend) {
+    let Some(fx) = Fixture::new(backend).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_path(&dir);
+    let q = fx.queue();
+    let mut scope_of = HashMap::new();
+    let jobs: Vec<NewJob> = (0..300)
+        .map(|i| NewJob::new("mp", &json!({})).scope(Scope::new("acct", (i % 10).to_string())))
+        .collect();
+    let scopes: Vec<String> = jobs
+        .iter()
+        .map(|j| j.scope.clone().unwrap().scope_id)
+        .collect();
+    for (r, s) in q.add_many(jobs).await.unwrap().into_iter().zip(scopes) {
+        scope_of.insert(r.id, s);
+    }
+    let envs = [
+        ("BOXCAR_CONCURRENCY", "8"),
+        ("BOXCAR_POLL_MS", "50"),
+        ("BOXCAR_MODE", "sleep:5"),
+        ("BOXCAR_SERIALIZE_BY_SCOPE", "1"),
+    ];
+    let mut procs: Vec<Proc> = (0..3).map(|_| Proc::spawn(&fx.url, &log, &envs)).collect();
+    let store = fx.store.clone();
+    let done = eventually(Duration::from_secs(120), || {
+        let store = store.clone();
+        async move { store.count_by_status().await.unwrap().succeeded == 300 }
+    })
+    .await;
+    for p in &mut procs {
+        p.kill();
+    }
+    assert!(
+        done,
+        "not all guarded jobs succeeded: {:?}",
+        fx.store.count_by_status().await.unwrap()
+    );
+    let lines = read_timed_log(&log);
+    let mut spans: HashMap<&str, (u128, u128, u32)> = HashMap::new();
+    for (what, id, pid, at) in &lines {
+        let e = spans.entry(id.as_str()).or_insert((0, 0, *pid));
+        if what == "start" {
+            e.0 = *at;
+        } else if what == "end" {
+            e.1 = *at;
+        }
+    }
+    let mut by_scope: HashMap<&str, Vec<(u128, u128, u32)>> = HashMap::new();
+    for (id, span) in &spans {
+        by_scope
+            .entry(scope_of[*id].as_str())
+            .or_default()
+            .push(*span);
+    }
+    let pids: std::collections::HashSet<u32> = spans.values().map(|s| s.2).collect();
+    assert!(pids.len() >= 2, "work spread over processes");
+    for (scope, mut v) in by_scope {
+        v.sort();
+        for w in v.windows(2) {
+            assert!(
+                w[0].1 <= w[1].0,
+                "scope {scope}: {:?} overlaps {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_scope_guard_holds_across_three_processes() {
+    scope_guard_across_processes(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_scope_guard_holds_across_three_processes() {
+    scope_guard_across_processes(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -69,7 +69,11 @@ impl Fixture {
             Backend::Postgres => {
                 let base = database_url()?;
                 let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
-                let store = Arc::new(PostgresStore::connect(&base, &schema).await.expect("connect postgres"));
+                let store = Arc::new(
+                    PostgresStore::connect(&base, &schema)
+                        .await
+                        .expect("connect postgres"),
+                );
                 store.migrate().await.expect("migrate postgres");
                 let sep = if base.contains('?') { '&' } else { '?' };
                 Some(Self {
@@ -88,7 +92,9 @@ impl Fixture {
     pub async fn reopen(&self) -> Arc<dyn JobStore> {
         match self.backend {
             Backend::Memory => self.store.clone(),
-            _ => boxcar_queue::open_store(&self.url).await.expect("reopen store"),
+            _ => boxcar_queue::open_store(&self.url)
+                .await
+                .expect("reopen store"),
         }
     }
 
@@ -106,15 +112,6 @@ impl Fixture {
             pg.drop_schema().await.expect("drop schema");
         }
     }
-}
-
-/// Every backend available in this run.
-pub fn backends() -> Vec<Backend> {
-    let mut b = vec![Backend::Memory, Backend::Sqlite];
-    if database_url().is_some() {
-        b.push(Backend::Postgres);
-    }
-    b
 }
 
 /// Polls `cond` every 10 ms until it is true or `timeout` passes.

@@ -7,9 +7,7 @@ use std::{
     time::Duration,
 };
 
-use boxcar_queue::{
-    ChildJobRequest, ChildSummary, JobContext, JobRun, JobServices, ServiceError,
-};
+use boxcar_queue::{ChildJobRequest, ChildSummary, JobContext, JobRun, JobServices, ServiceError};
 use boxcar_sandbox::{Capabilities, HandlerLimits, LoadedHandler, Sandbox, SandboxConfig};
 use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
@@ -66,8 +64,7 @@ pub fn job(job_type: &str, payload: &str, timeout: Duration) -> JobRun {
         scope: None,
         schedule_id: None,
         parent_id: None,
-        deadline: chrono::Utc::now()
-            + chrono::Duration::from_std(timeout).expect("timeout fits"),
+        deadline: chrono::Utc::now() + chrono::Duration::from_std(timeout).expect("timeout fits"),
     }
 }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use boxcar_sandbox::{Capabilities, HandlerLimits, LimitKind, Outcome};
 
-use crate::common::{job, new_ctx, load, load_with, CPU};
+use crate::common::{job, load, load_with, new_ctx, CPU};
 
 #[tokio::test]
 async fn memory_hog_is_out_of_memory_at_32mib() {
@@ -17,14 +17,24 @@ async fn memory_hog_is_out_of_memory_at_32mib() {
         Capabilities::default(),
     );
     let (ctx, _) = new_ctx();
-    let outcome = hog.run(job("memory-hog", "{}", Duration::from_secs(10)), ctx).await;
+    let outcome = hog
+        .run(job("memory-hog", "{}", Duration::from_secs(10)), ctx)
+        .await;
     assert_eq!(outcome, Outcome::OutOfMemory);
     // The same guest under the cap succeeds.
     let (ctx, _) = new_ctx();
     let outcome = hog
-        .run(job("memory-hog", r#"{"max_mib": 4}"#, Duration::from_secs(10)), ctx)
+        .run(
+            job("memory-hog", r#"{"max_mib": 4}"#, Duration::from_secs(10)),
+            ctx,
+        )
         .await;
-    assert_eq!(outcome, Outcome::Succeeded { result: Some("4".into()) });
+    assert_eq!(
+        outcome,
+        Outcome::Succeeded {
+            result: Some("4".into())
+        }
+    );
 }
 
 #[tokio::test]
@@ -32,14 +42,23 @@ async fn deep_recursion_traps_with_stack_overflow_and_host_survives() {
     let _cpu = CPU.lock().await;
     let deep = load("deep-recursion");
     let (ctx, _) = new_ctx();
-    let outcome = deep.run(job("deep-recursion", "{}", Duration::from_secs(10)), ctx).await;
+    let outcome = deep
+        .run(job("deep-recursion", "{}", Duration::from_secs(10)), ctx)
+        .await;
     match outcome {
         Outcome::Trapped { message } => assert!(message.contains("stack overflow"), "{message}"),
         other => panic!("expected Trapped, got {other:?}"),
     }
     let (ctx, _) = new_ctx();
-    let echo = load("echo").run(job("echo", "{}", Duration::from_secs(5)), ctx).await;
-    assert_eq!(echo, Outcome::Succeeded { result: Some("{}".into()) });
+    let echo = load("echo")
+        .run(job("echo", "{}", Duration::from_secs(5)), ctx)
+        .await;
+    assert_eq!(
+        echo,
+        Outcome::Succeeded {
+            result: Some("{}".into())
+        }
+    );
 }
 
 #[tokio::test]
@@ -47,7 +66,10 @@ async fn trap_reports_the_panic_message() {
     let trap = load("trap");
     let (ctx, _) = new_ctx();
     let outcome = trap
-        .run(job("trap", r#"{"message":"kaboom 42"}"#, Duration::from_secs(5)), ctx)
+        .run(
+            job("trap", r#"{"message":"kaboom 42"}"#, Duration::from_secs(5)),
+            ctx,
+        )
         .await;
     match outcome {
         Outcome::Trapped { message } => assert!(message.contains("kaboom 42"), "{message}"),
@@ -59,7 +81,9 @@ async fn trap_reports_the_panic_message() {
 async fn huge_result_exceeds_max_result() {
     let huge = load("huge-result");
     let (ctx, _) = new_ctx();
-    let outcome = huge.run(job("huge-result", "{}", Duration::from_secs(10)), ctx).await;
+    let outcome = huge
+        .run(job("huge-result", "{}", Duration::from_secs(10)), ctx)
+        .await;
     match outcome {
         Outcome::LimitExceeded { which, detail } => {
             assert_eq!(which, LimitKind::ResultSize, "{detail}");
@@ -74,7 +98,9 @@ async fn log_flood_is_stopped_at_max_log() {
     let flood = load("log-flood");
     for payload in [r#"{}"#, r#"{"stderr": true}"#] {
         let (ctx, _) = new_ctx();
-        let outcome = flood.run(job("log-flood", payload, Duration::from_secs(20)), ctx).await;
+        let outcome = flood
+            .run(job("log-flood", payload, Duration::from_secs(20)), ctx)
+            .await;
         match outcome {
             Outcome::LimitExceeded { which, detail } => {
                 assert_eq!(which, LimitKind::LogVolume, "{payload}: {detail}");
@@ -89,9 +115,21 @@ async fn log_within_budget_succeeds() {
     let flood = load("log-flood");
     let (ctx, _) = new_ctx();
     let outcome = flood
-        .run(job("log-flood", r#"{"lines": 10, "line_len": 100000}"#, Duration::from_secs(5)), ctx)
+        .run(
+            job(
+                "log-flood",
+                r#"{"lines": 10, "line_len": 100000}"#,
+                Duration::from_secs(5),
+            ),
+            ctx,
+        )
         .await;
-    assert_eq!(outcome, Outcome::Succeeded { result: Some("10".into()) });
+    assert_eq!(
+        outcome,
+        Outcome::Succeeded {
+            result: Some("10".into())
+        }
+    );
 }
 
 #[tokio::test]
@@ -107,13 +145,24 @@ async fn enqueue_flood_is_cut_off_at_max_enqueues() {
         },
     );
     let (ctx, recorder) = new_ctx();
-    let outcome = flood.run(job("enqueue-flood", "{}", Duration::from_secs(10)), ctx).await;
-    let Outcome::Succeeded { result: Some(result) } = outcome else {
+    let outcome = flood
+        .run(job("enqueue-flood", "{}", Duration::from_secs(10)), ctx)
+        .await;
+    let Outcome::Succeeded {
+        result: Some(result),
+    } = outcome
+    else {
         panic!("expected success, got {outcome:?}");
     };
     let v: serde_json::Value = serde_json::from_str(&result).expect("json result");
     assert_eq!(v["accepted"], 10);
-    assert!(v["refused"].as_str().expect("refused").contains("LimitReached"), "{v}");
+    assert!(
+        v["refused"]
+            .as_str()
+            .expect("refused")
+            .contains("LimitReached"),
+        "{v}"
+    );
     assert_eq!(recorder.enqueued.lock().expect("lock").len(), 10);
 }
 
@@ -122,9 +171,19 @@ async fn enqueue_of_a_type_not_granted_is_refused() {
     let flood = load("enqueue-flood");
     let (ctx, recorder) = new_ctx();
     let outcome = flood
-        .run(job("enqueue-flood", r#"{"job_type":"secret-admin"}"#, Duration::from_secs(10)), ctx)
+        .run(
+            job(
+                "enqueue-flood",
+                r#"{"job_type":"secret-admin"}"#,
+                Duration::from_secs(10),
+            ),
+            ctx,
+        )
         .await;
-    let Outcome::Succeeded { result: Some(result) } = outcome else {
+    let Outcome::Succeeded {
+        result: Some(result),
+    } = outcome
+    else {
         panic!("expected success, got {outcome:?}");
     };
     assert!(result.contains("NotAllowed"), "{result}");

@@ -23,7 +23,10 @@ fn second_load_of_the_same_bytes_is_a_cache_hit() {
     assert_eq!(first.digest, second.digest);
     assert_eq!(sandbox.compiles(), 1);
     assert_eq!(sandbox.cache_hits(), 1);
-    assert!(second.compile_time < first.compile_time, "{first:?} {second:?}");
+    assert!(
+        second.compile_time < first.compile_time,
+        "{first:?} {second:?}"
+    );
 }
 
 #[test]
@@ -34,7 +37,11 @@ fn bytes_that_are_not_a_component_are_rejected() {
     })
     .expect("sandbox");
     let err = sandbox
-        .load(b"not wasm at all", HandlerLimits::default(), Capabilities::default())
+        .load(
+            b"not wasm at all",
+            HandlerLimits::default(),
+            Capabilities::default(),
+        )
         .err()
         .expect("must fail");
     assert!(matches!(err, SandboxError::Compile(_)), "{err}");
@@ -48,7 +55,11 @@ fn a_component_without_the_handler_export_is_rejected() {
     })
     .expect("sandbox");
     let err = sandbox
-        .load(b"(component)", HandlerLimits::default(), Capabilities::default())
+        .load(
+            b"(component)",
+            HandlerLimits::default(),
+            Capabilities::default(),
+        )
         .err()
         .expect("must fail");
     assert!(matches!(err, SandboxError::World(_)), "{err}");
@@ -104,7 +115,10 @@ async fn fuel_runs_out_on_a_spinning_guest() {
         .expect("loads");
     let (ctx, _) = crate::common::new_ctx();
     let outcome = spin
-        .run(crate::common::job("spin", "{}", std::time::Duration::from_secs(10)), ctx)
+        .run(
+            crate::common::job("spin", "{}", std::time::Duration::from_secs(10)),
+            ctx,
+        )
         .await;
     assert_eq!(outcome, boxcar_sandbox::Outcome::FuelExhausted);
 }

@@ -5,20 +5,29 @@ use std::time::Duration;
 use boxcar_queue::Handler;
 use boxcar_sandbox::Outcome;
 
-use crate::common::{job, new_ctx, load};
+use crate::common::{job, load, new_ctx};
 
 #[tokio::test]
 async fn echo_returns_its_payload() {
     let (ctx, _) = new_ctx();
     let payload = r#"{"a":[1,2,3],"b":{"c":"d"}}"#;
-    let outcome = load("echo").run(job("echo", payload, Duration::from_secs(5)), ctx).await;
-    assert_eq!(outcome, Outcome::Succeeded { result: Some(payload.into()) });
+    let outcome = load("echo")
+        .run(job("echo", payload, Duration::from_secs(5)), ctx)
+        .await;
+    assert_eq!(
+        outcome,
+        Outcome::Succeeded {
+            result: Some(payload.into())
+        }
+    );
 }
 
 #[tokio::test]
 async fn noop_succeeds_without_result() {
     let (ctx, _) = new_ctx();
-    let outcome = load("noop").run(job("noop", "{}", Duration::from_secs(5)), ctx).await;
+    let outcome = load("noop")
+        .run(job("noop", "{}", Duration::from_secs(5)), ctx)
+        .await;
     assert_eq!(outcome, Outcome::Succeeded { result: None });
 }
 
@@ -27,7 +36,9 @@ async fn flaky_is_retryable_with_retry_after_and_flag() {
     let flaky = load("flaky");
     let (ctx, _) = new_ctx();
     let payload = r#"{"succeed_on": 3, "retry_after_ms": 1500, "keep_attempt": true}"#;
-    let outcome = flaky.run(job("flaky", payload, Duration::from_secs(5)), ctx).await;
+    let outcome = flaky
+        .run(job("flaky", payload, Duration::from_secs(5)), ctx)
+        .await;
     match outcome {
         Outcome::Retryable {
             message,
@@ -42,17 +53,25 @@ async fn flaky_is_retryable_with_retry_after_and_flag() {
     }
     let (ctx, _) = new_ctx();
     let payload = r#"{"succeed_on": 3}"#;
-    let outcome = flaky.run(job("flaky", payload, Duration::from_secs(5)), ctx).await;
+    let outcome = flaky
+        .run(job("flaky", payload, Duration::from_secs(5)), ctx)
+        .await;
     assert!(matches!(
         outcome,
-        Outcome::Retryable { retry_after: None, consumes_attempt: true, .. }
+        Outcome::Retryable {
+            retry_after: None,
+            consumes_attempt: true,
+            ..
+        }
     ));
     let (ctx, _) = new_ctx();
     let mut last = job("flaky", payload, Duration::from_secs(5));
     last.attempt = 3;
     assert_eq!(
         flaky.run(last, ctx).await,
-        Outcome::Succeeded { result: Some(r#"{"attempt":3}"#.into()) }
+        Outcome::Succeeded {
+            result: Some(r#"{"attempt":3}"#.into())
+        }
     );
 }
 
@@ -60,7 +79,9 @@ async fn flaky_is_retryable_with_retry_after_and_flag() {
 async fn wrong_payload_shape_is_terminal_naming_the_type_not_the_payload() {
     let (ctx, _) = new_ctx();
     let payload = r#"{"succeed_on": "hunter2"}"#;
-    let outcome = load("flaky").run(job("flaky", payload, Duration::from_secs(5)), ctx).await;
+    let outcome = load("flaky")
+        .run(job("flaky", payload, Duration::from_secs(5)), ctx)
+        .await;
     match outcome {
         Outcome::Terminal { message, code, .. } => {
             assert!(message.contains("Flaky"), "{message}");
@@ -80,5 +101,10 @@ async fn handler_trait_runs_jobs_and_reports_the_digest() {
     assert_eq!(Handler::version(&*echo), expected);
     let (ctx, _) = new_ctx();
     let outcome = Handler::handle(&*echo, job("echo", "{}", Duration::from_secs(5)), ctx).await;
-    assert_eq!(outcome, Outcome::Succeeded { result: Some("{}".into()) });
+    assert_eq!(
+        outcome,
+        Outcome::Succeeded {
+            result: Some("{}".into())
+        }
+    );
 }

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use boxcar_sandbox::Outcome;
 
-use crate::common::{job, new_ctx, load, CPU};
+use crate::common::{job, load, new_ctx, CPU};
 
 #[tokio::test]
 async fn spin_times_out_at_100ms_within_50ms() {
@@ -12,7 +12,9 @@ async fn spin_times_out_at_100ms_within_50ms() {
     let spin = load("spin");
     let (ctx, _) = new_ctx();
     let started = Instant::now();
-    let outcome = spin.run(job("spin", "{}", Duration::from_millis(100)), ctx).await;
+    let outcome = spin
+        .run(job("spin", "{}", Duration::from_millis(100)), ctx)
+        .await;
     let took = started.elapsed();
     assert_eq!(outcome, Outcome::TimedOut);
     assert!(took < Duration::from_millis(150), "took {took:?}");
@@ -30,12 +32,17 @@ async fn spin_cancelled_after_50ms_stops_within_50ms() {
         cancel.cancel();
         Instant::now()
     });
-    let outcome = spin.run(job("spin", "{}", Duration::from_secs(10)), ctx).await;
+    let outcome = spin
+        .run(job("spin", "{}", Duration::from_secs(10)), ctx)
+        .await;
     let ended = Instant::now();
     let cancelled_at = canceller.await.expect("canceller ran");
     assert_eq!(outcome, Outcome::Cancelled);
     let after = ended.duration_since(cancelled_at);
-    assert!(after < Duration::from_millis(50), "ended {after:?} after cancel");
+    assert!(
+        after < Duration::from_millis(50),
+        "ended {after:?} after cancel"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -50,14 +57,18 @@ async fn echo_completes_promptly_while_two_spins_run() {
         cancels.push(ctx.cancel.clone());
         let spin = spin.clone();
         spins.push(tokio::spawn(async move {
-            spin.run(job("spin", "{}", Duration::from_secs(10)), ctx).await
+            spin.run(job("spin", "{}", Duration::from_secs(10)), ctx)
+                .await
         }));
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
     let (ctx, _) = new_ctx();
     let started = Instant::now();
     let outcome = echo
-        .run(job("echo", r#"{"hello":"world"}"#, Duration::from_secs(5)), ctx)
+        .run(
+            job("echo", r#"{"hello":"world"}"#, Duration::from_secs(5)),
+            ctx,
+        )
         .await;
     let took = started.elapsed();
     for c in &cancels {
@@ -86,7 +97,14 @@ async fn cooperative_sleep_sees_cancelled_and_ends_cancelled() {
     });
     let started = Instant::now();
     let outcome = handler
-        .run(job("cooperative-sleep", r#"{"ms": 5000}"#, Duration::from_secs(10)), ctx)
+        .run(
+            job(
+                "cooperative-sleep",
+                r#"{"ms": 5000}"#,
+                Duration::from_secs(10),
+            ),
+            ctx,
+        )
         .await;
     assert_eq!(outcome, Outcome::Cancelled);
     assert!(started.elapsed() < Duration::from_millis(500));
@@ -98,10 +116,17 @@ async fn sleep_inside_a_host_call_is_stopped_at_the_deadline() {
     let (ctx, _) = new_ctx();
     let started = Instant::now();
     let outcome = handler
-        .run(job("sleep", r#"{"ms": 5000}"#, Duration::from_millis(100)), ctx)
+        .run(
+            job("sleep", r#"{"ms": 5000}"#, Duration::from_millis(100)),
+            ctx,
+        )
         .await;
     assert_eq!(outcome, Outcome::TimedOut);
-    assert!(started.elapsed() < Duration::from_millis(150), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(150),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test]

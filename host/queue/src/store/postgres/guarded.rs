@@ -20,7 +20,13 @@ enum Verdict {
     Stop(String),
 }
 
-async fn verdict(conn: &mut PgConnection, t: &str, schema: &str, cand: &Job, g: &ClaimGuards) -> Result<Verdict, StoreError> {
+async fn verdict(
+    conn: &mut PgConnection,
+    t: &str,
+    schema: &str,
+    cand: &Job,
+    g: &ClaimGuards,
+) -> Result<Verdict, StoreError> {
     if g.serialize_by_scope {
         if let Some(s) = &cand.scope {
             let busy = sqlx::query(&format!(
@@ -44,7 +50,10 @@ async fn verdict(conn: &mut PgConnection, t: &str, schema: &str, cand: &Job, g: 
         .fetch_optional(&mut *conn)
         .await?;
         if busy.is_some() {
-            return Ok(Verdict::Stop(format!("types {:?} (not_while_running)", g.not_while_running)));
+            return Ok(Verdict::Stop(format!(
+                "types {:?} (not_while_running)",
+                g.not_while_running
+            )));
         }
     }
     if !g.waits_for.is_empty() {
@@ -56,13 +65,20 @@ async fn verdict(conn: &mut PgConnection, t: &str, schema: &str, cand: &Job, g: 
         .fetch_optional(&mut *conn)
         .await?;
         if busy.is_some() {
-            return Ok(Verdict::Stop(format!("types {:?} (waits_for)", g.waits_for)));
+            return Ok(Verdict::Stop(format!(
+                "types {:?} (waits_for)",
+                g.waits_for
+            )));
         }
     }
     for pool in &g.pools {
         if let Some(limit) = pool.concurrency {
             let types: Vec<String> = pool.member_costs.iter().map(|(t, _)| t.clone()).collect();
-            let costs: Vec<i64> = pool.member_costs.iter().map(|(_, c)| i64::from(*c)).collect();
+            let costs: Vec<i64> = pool
+                .member_costs
+                .iter()
+                .map(|(_, c)| i64::from(*c))
+                .collect();
             let used: i64 = sqlx::query_scalar(&format!(
                 "SELECT COALESCE(SUM(m.cost), 0)::int8 FROM {t} j \
                  JOIN unnest($1::text[], $2::int8[]) AS m(job_type, cost) ON m.job_type = j.job_type \
@@ -73,7 +89,10 @@ async fn verdict(conn: &mut PgConnection, t: &str, schema: &str, cand: &Job, g: 
             .fetch_one(&mut *conn)
             .await?;
             if used + i64::from(pool.cost) > i64::from(limit) {
-                return Ok(Verdict::Stop(format!("pool `{}` (concurrency full)", pool.name)));
+                return Ok(Verdict::Stop(format!(
+                    "pool `{}` (concurrency full)",
+                    pool.name
+                )));
             }
         }
         if let Some(rate) = pool.rate_per_minute {
@@ -85,7 +104,10 @@ async fn verdict(conn: &mut PgConnection, t: &str, schema: &str, cand: &Job, g: 
             .fetch_optional(&mut *conn)
             .await?;
             if spent.unwrap_or(0) + i64::from(pool.rate_cost) > i64::from(rate) {
-                return Ok(Verdict::Stop(format!("pool `{}` (rate budget spent)", pool.name)));
+                return Ok(Verdict::Stop(format!(
+                    "pool `{}` (rate budget spent)",
+                    pool.name
+                )));
             }
         }
     }
@@ -110,7 +132,10 @@ async fn spend(conn: &mut PgConnection, schema: &str, g: &ClaimGuards) -> Result
     Ok(())
 }
 
-pub(super) async fn claim(store: &PostgresStore, p: ClaimParams) -> Result<ClaimResult, StoreError> {
+pub(super) async fn claim(
+    store: &PostgresStore,
+    p: ClaimParams,
+) -> Result<ClaimResult, StoreError> {
     let t = store.jobs.as_str();
     let schema = store.schema.as_str();
     let mut tx = store.fast.begin().await?;
@@ -151,8 +176,13 @@ pub(super) async fn claim(store: &PostgresStore, p: ClaimParams) -> Result<Claim
     .bind(window)
     .fetch_all(&mut *tx)
     .await?;
-    let cands = rows.iter().map(job_from_row).collect::<Result<Vec<_>, _>>()?;
-    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()").fetch_one(&mut *tx).await?;
+    let cands = rows
+        .iter()
+        .map(job_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let now: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&mut *tx)
+        .await?;
     let mut res = ClaimResult::default();
     for cand in cands {
         if res.claimed.len() >= p.limit as usize {

@@ -9,7 +9,7 @@
 use chrono::Utc;
 use sqlx::{Row, SqliteConnection};
 
-use super::{dur_ms, json_list, job_from_row, ms, SqliteStore, COLS, LIVE};
+use super::{dur_ms, job_from_row, json_list, ms, SqliteStore, COLS, LIVE};
 use crate::guards::{scope_key, ClaimGuards};
 use crate::job::{Job, JobStatus};
 use crate::store::{ClaimParams, ClaimResult, StoreError, StoreEvent, EXPIRED_ERROR};
@@ -24,59 +24,75 @@ enum Verdict {
     Stop(String),
 }
 
-async fn exists(conn: &mut SqliteConnection, sql: &str, a: &str, b: &str, now: i64) -> Result<bool, StoreError> {
+/// Whether `sql` (binding `?1` = a JSON list, `?2` = now) returns a row.
+async fn any_live(
+    conn: &mut SqliteConnection,
+    sql: &str,
+    list: String,
+    now: i64,
+) -> Result<bool, StoreError> {
     let row = sqlx::query(sql)
-        .bind(a)
-        .bind(b)
+        .bind(list)
         .bind(now)
         .fetch_optional(&mut *conn)
         .await?;
     Ok(row.is_some())
 }
 
-async fn verdict(conn: &mut SqliteConnection, cand: &Job, g: &ClaimGuards, now: i64) -> Result<Verdict, StoreError> {
+async fn verdict(
+    conn: &mut SqliteConnection,
+    cand: &Job,
+    g: &ClaimGuards,
+    now: i64,
+) -> Result<Verdict, StoreError> {
     if g.serialize_by_scope {
         if let Some(s) = &cand.scope {
-            let busy = exists(
-                conn,
+            let busy = sqlx::query(
                 "SELECT 1 FROM boxcar_jobs WHERE scope_type = ?1 AND scope_id = ?2 \
                    AND status = 'running' AND lease_expires_at > ?3 LIMIT 1",
-                &s.scope_type,
-                &s.scope_id,
-                now,
             )
-            .await?;
+            .bind(&s.scope_type)
+            .bind(&s.scope_id)
+            .bind(now)
+            .fetch_optional(&mut *conn)
+            .await?
+            .is_some();
             if busy {
                 return Ok(Verdict::Skip(format!("scope type `{}`", s.scope_type)));
             }
         }
     }
     if !g.not_while_running.is_empty() {
-        let busy = exists(
+        let busy = any_live(
             conn,
             "SELECT 1 FROM boxcar_jobs WHERE job_type IN (SELECT value FROM json_each(?1)) \
-               AND status = 'running' AND lease_expires_at > ?3 AND ?2 = ?2 LIMIT 1",
-            &json_list(&g.not_while_running),
-            "",
+               AND status = 'running' AND lease_expires_at > ?2 LIMIT 1",
+            json_list(&g.not_while_running),
             now,
         )
         .await?;
         if busy {
-            return Ok(Verdict::Stop(format!("types {:?} (not_while_running)", g.not_while_running)));
+            return Ok(Verdict::Stop(format!(
+                "types {:?} (not_while_running)",
+                g.not_while_running
+            )));
         }
     }
     if !g.waits_for.is_empty() {
-        let busy = exists(
+        let busy = any_live(
             conn,
-            "SELECT 1 FROM boxcar_jobs WHERE job_type IN (SELECT value FROM json_each(?1)) AND ?2 = ?2 \
-               AND ((status = 'running' AND lease_expires_at > ?3) OR (status = 'pending' AND run_at <= ?3)) LIMIT 1",
-            &json_list(&g.waits_for),
-            "",
+            "SELECT 1 FROM boxcar_jobs WHERE job_type IN (SELECT value FROM json_each(?1)) \
+               AND ((status = 'running' AND lease_expires_at > ?2) OR (status = 'pending' AND run_at <= ?2)) \
+             LIMIT 1",
+            json_list(&g.waits_for),
             now,
         )
         .await?;
         if busy {
-            return Ok(Verdict::Stop(format!("types {:?} (waits_for)", g.waits_for)));
+            return Ok(Verdict::Stop(format!(
+                "types {:?} (waits_for)",
+                g.waits_for
+            )));
         }
     }
     for pool in &g.pools {
@@ -94,18 +110,26 @@ async fn verdict(conn: &mut SqliteConnection, cand: &Job, g: &ClaimGuards, now: 
             for r in rows {
                 let t: String = r.try_get("job_type")?;
                 let n: i64 = r.try_get("n")?;
-                let cost = pool.member_costs.iter().find(|(m, _)| *m == t).map_or(1, |(_, c)| *c);
+                let cost = pool
+                    .member_costs
+                    .iter()
+                    .find(|(m, _)| *m == t)
+                    .map_or(1, |(_, c)| *c);
                 used += n * i64::from(cost);
             }
             if used + i64::from(pool.cost) > i64::from(limit) {
-                return Ok(Verdict::Stop(format!("pool `{}` (concurrency full)", pool.name)));
+                return Ok(Verdict::Stop(format!(
+                    "pool `{}` (concurrency full)",
+                    pool.name
+                )));
             }
         }
         if let Some(rate) = pool.rate_per_minute {
-            let row = sqlx::query("SELECT window_start, spent FROM boxcar_job_guards WHERE key = ?")
-                .bind(format!("pool:{}", pool.name))
-                .fetch_optional(&mut *conn)
-                .await?;
+            let row =
+                sqlx::query("SELECT window_start, spent FROM boxcar_job_guards WHERE key = ?")
+                    .bind(format!("pool:{}", pool.name))
+                    .fetch_optional(&mut *conn)
+                    .await?;
             let (start, spent): (Option<i64>, i64) = match row {
                 Some(r) => (r.try_get("window_start")?, r.try_get("spent")?),
                 None => (None, 0),
@@ -113,7 +137,10 @@ async fn verdict(conn: &mut SqliteConnection, cand: &Job, g: &ClaimGuards, now: 
             let open = start.is_some_and(|s| now - s < WINDOW_MS);
             let spent = if open { spent } else { 0 };
             if spent + i64::from(pool.rate_cost) > i64::from(rate) {
-                return Ok(Verdict::Stop(format!("pool `{}` (rate budget spent)", pool.name)));
+                return Ok(Verdict::Stop(format!(
+                    "pool `{}` (rate budget spent)",
+                    pool.name
+                )));
             }
         }
     }
@@ -152,10 +179,18 @@ pub(super) async fn claim(store: &SqliteStore, p: ClaimParams) -> Result<ClaimRe
     .bind(window)
     .fetch_all(&mut *tx)
     .await?;
-    let cands = rows.iter().map(job_from_row).collect::<Result<Vec<_>, _>>()?;
+    let cands = rows
+        .iter()
+        .map(job_from_row)
+        .collect::<Result<Vec<_>, _>>()?;
     let mut keys = p.guards.keys(&p.job_type);
     if p.guards.serialize_by_scope {
-        keys.extend(cands.iter().filter_map(|c| c.scope.as_ref()).map(|s| scope_key(&s.scope_type)));
+        keys.extend(
+            cands
+                .iter()
+                .filter_map(|c| c.scope.as_ref())
+                .map(|s| scope_key(&s.scope_type)),
+        );
     }
     keys.sort();
     keys.dedup();
