@@ -187,6 +187,9 @@ export function handler(fn) {
     let value;
     try {
       value = fn(new Job(raw));
+      if (value && typeof value.then === "function") {
+        throw new TypeError("the handler returned a Promise: async handlers are not supported, return the value");
+      }
     } catch (e) {
       const payload = jobError(e);
       const err = new Error(payload.val.message);

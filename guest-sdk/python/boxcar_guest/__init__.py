@@ -283,5 +283,5 @@ class WitWorld(wit_world.WitWorld):
                 raise Terminal("no handler registered: decorate a function with @boxcar_guest.handler")
             value = _handler(Job._from_wit(job))
             return None if value is None else _dumps(value)
-        except Exception as e:  # noqa: BLE001 - every failure becomes a job error
+        except BaseException as e:  # noqa: BLE001 - every failure (even SystemExit) is a job error
             raise Err(_job_error(e)) from None

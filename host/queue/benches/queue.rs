@@ -4,11 +4,15 @@
 //! per run. `BOXCAR_BENCH_STORES=sqlite,postgres` selects stores. On
 //! Postgres a third run, `latency-notify`, enqueues through a separate
 //! connection pool so the worker is woken by LISTEN/NOTIFY alone.
+//! `BOXCAR_BENCH_GUARDED=1` adds `drain-guarded` (100 scopes with
+//! `serialize_by_scope`, all jobs in one pool).
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 
-use boxcar_queue::bench::{drain, latency, latency_notify, BenchConfig, NoopHandler};
+use boxcar_queue::bench::{
+    drain, drain_guarded, latency, latency_notify, BenchConfig, NoopHandler,
+};
 use boxcar_queue::store::postgres::PostgresStore;
 use boxcar_queue::store::sqlite::SqliteStore;
 use boxcar_queue::JobStore;
@@ -18,6 +22,12 @@ async fn run(store: Arc<dyn JobStore>, producer: Option<Arc<dyn JobStore>>, cfg:
     match drain(store.clone(), h.clone(), cfg).await {
         Ok(r) => println!("{}", r.to_json_line()),
         Err(e) => eprintln!("drain on {} failed: {e}", store.backend()),
+    }
+    if std::env::var("BOXCAR_BENCH_GUARDED").is_ok() {
+        match drain_guarded(store.clone(), h.clone(), cfg).await {
+            Ok(r) => println!("{}", r.to_json_line()),
+            Err(e) => eprintln!("drain-guarded on {} failed: {e}", store.backend()),
+        }
     }
     match latency(store.clone(), h.clone(), cfg).await {
         Ok(r) => println!("{}", r.to_json_line()),

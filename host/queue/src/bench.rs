@@ -253,6 +253,38 @@ pub async fn drain(
     handler: Arc<dyn Handler>,
     cfg: &BenchConfig,
 ) -> Result<BenchResult, BenchError> {
+    drain_with(store, handler, cfg, false).await
+}
+
+/// The drain workload with every claim guarded: jobs spread over 100
+/// scopes with `serialize_by_scope`, and the type in one pool (whose limit
+/// does not bind). Reported as workload `drain-guarded`.
+///
+/// # Errors
+/// A store, enqueue or registration failure, or a timeout.
+pub async fn drain_guarded(
+    store: Arc<dyn JobStore>,
+    handler: Arc<dyn Handler>,
+    cfg: &BenchConfig,
+) -> Result<BenchResult, BenchError> {
+    drain_with(store, handler, cfg, true).await
+}
+
+fn bench_job(job_type: &str, payload: &serde_json::Value, guarded: bool, i: usize) -> NewJob {
+    let job = NewJob::new(job_type, payload);
+    if guarded {
+        job.scope(crate::handler::Scope::new("bench", (i % 100).to_string()))
+    } else {
+        job
+    }
+}
+
+async fn drain_with(
+    store: Arc<dyn JobStore>,
+    handler: Arc<dyn Handler>,
+    cfg: &BenchConfig,
+    guarded: bool,
+) -> Result<BenchResult, BenchError> {
     let job_type = fresh_type("drain");
     let queue = Queue::new(store.clone(), QueueOptions::default())?;
     let payload = serde_json::json!({"bench": true});
@@ -260,19 +292,33 @@ pub async fn drain(
     let mut left = cfg.drain_jobs;
     while left > 0 {
         let k = left.min(cfg.batch_size.max(1));
-        let batch = (0..k).map(|_| NewJob::new(&job_type, &payload)).collect();
+        let batch = (0..k)
+            .map(|i| bench_job(&job_type, &payload, guarded, left + i))
+            .collect();
         queue.add_many(batch).await?;
         left -= k;
     }
     let batch_rate = cfg.drain_jobs as f64 / t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    for _ in 0..cfg.single_jobs {
-        queue.add(NewJob::new(&job_type, &payload)).await?;
+    for i in 0..cfg.single_jobs {
+        queue
+            .add(bench_job(&job_type, &payload, guarded, i))
+            .await?;
     }
     let single_rate = cfg.single_jobs as f64 / t1.elapsed().as_secs_f64();
     let n = cfg.drain_jobs + cfg.single_jobs;
     let registry = Registry::new();
-    registry.register(&job_type, handler, settings(cfg.drain_concurrency))?;
+    let mut s = settings(cfg.drain_concurrency);
+    if guarded {
+        s.serialize_by_scope = true;
+        registry.set_pools(vec![crate::registry::PoolConfig {
+            name: "bench".into(),
+            concurrency: Some(10_000),
+            types: vec![job_type.clone()],
+            ..Default::default()
+        }])?;
+    }
+    registry.register(&job_type, handler, s)?;
     let done = counter(&queue);
     let t2 = Instant::now();
     let worker = crate::engine::Worker::start(queue.clone(), registry, worker_opts())?;
@@ -283,7 +329,7 @@ pub async fn drain(
     Ok(BenchResult {
         system: cfg.system.clone(),
         store: store.backend().to_string(),
-        workload: "drain".into(),
+        workload: if guarded { "drain-guarded" } else { "drain" }.into(),
         n,
         c: cfg.drain_concurrency,
         enqueue_batch_per_s: Some(batch_rate.round()),

@@ -306,3 +306,51 @@ impl tokio::io::AsyncWrite for GuestOutput {
         Poll::Ready(Ok(()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sink(max_log: usize, max_line: usize) -> LogSink {
+        LogSink::new(Arc::from("j"), Arc::from("t"), max_log, max_line)
+    }
+
+    #[test]
+    fn budget_is_shared_and_sticky() {
+        let s = sink(10, 10);
+        assert!(s.log(Level::Info, "12345").is_ok());
+        assert!(s.write(false, b"123\n").is_ok());
+        assert!(s.write(true, b"abc").is_err());
+        assert!(s.exceeded());
+        assert!(s.log(Level::Info, "").is_err(), "stays exceeded");
+        assert_eq!(s.used(), 9);
+    }
+
+    #[test]
+    fn partial_lines_are_bounded_by_the_line_limit() {
+        let s = sink(1 << 20, 4);
+        for _ in 0..1000 {
+            assert!(s.write(false, b"xxxxxxxxxx").is_ok());
+        }
+        assert!(s.lock().stdout_line.len() <= 4);
+        s.flush();
+        assert!(s.lock().stdout_line.is_empty());
+    }
+
+    #[test]
+    fn stderr_tail_keeps_the_end() {
+        let s = sink(1 << 20, 100);
+        let big = vec![b'a'; 10_000];
+        assert!(s.write(true, &big).is_ok());
+        assert!(s.write(true, b"\npanicked at boom\n").is_ok());
+        let tail = s.stderr_tail();
+        assert!(tail.len() <= STDERR_TAIL);
+        assert!(tail.ends_with("panicked at boom"), "{tail}");
+    }
+
+    #[test]
+    fn truncate_respects_char_boundaries() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("abc", 10), "abc");
+    }
+}

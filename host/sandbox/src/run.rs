@@ -9,6 +9,9 @@
 //!   that never returns cannot block a host thread.
 //! - A run stuck inside a host call is dropped `abandon_grace` after the
 //!   deadline or cancel.
+//! - A guest that answers with an error after cancel (or the deadline) —
+//!   typically because `cancelled()` told it to stop — ends `Cancelled`
+//!   (`TimedOut`); a success that lands is kept.
 //! - Every ending is an [`Outcome`]; nothing here panics on guest input.
 
 use std::{
@@ -165,6 +168,8 @@ impl LoadedHandler {
         let called = instance.call_handle(&mut store, &wit_job).await;
         log.flush();
         match called {
+            Ok(Err(_)) if store.data().cancel.is_cancelled() => Outcome::Cancelled,
+            Ok(Err(_)) if Instant::now() >= deadline => Outcome::TimedOut,
             Ok(answer) => self.answer(answer),
             Err(e) => classify(&e, &mut store, "running the handler"),
         }

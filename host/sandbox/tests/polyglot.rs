@@ -1,7 +1,8 @@
 //! The Python (componentize-py) and JavaScript (componentize-js) example
 //! handlers run in the sandbox like the Rust ones: echo succeeds, flaky is
 //! retryable with its retry-after, refuse is terminal with code and details,
-//! spin is stopped at its deadline. Also prints (does not assert) the
+//! fanout's logs, progress and enqueues reach the host (and a type outside
+//! `may_enqueue` is refused), spin is stopped at its deadline. Also prints (does not assert) the
 //! per-job instantiate + call time of the echo handlers.
 //!
 //! The examples exist only when `boxcar-examples` found the toolchains at
@@ -75,6 +76,11 @@ fn limits() -> HandlerLimits {
 /// Loads `<lang>.<name>` (compiled once per test binary, cached on disk), or
 /// `None` with a printed reason when it was not built. Panics in CI.
 async fn example(lang: Lang, name: &str) -> Option<Arc<LoadedHandler>> {
+    example_with(lang, name, Capabilities::default()).await
+}
+
+/// [`example`] with capabilities (memoised per name, so one set per name).
+async fn example_with(lang: Lang, name: &str, caps: Capabilities) -> Option<Arc<LoadedHandler>> {
     let job_type = format!("{}.{name}", lang.prefix());
     if !boxcar_examples::has(&job_type) {
         let why = format!(
@@ -98,7 +104,7 @@ async fn example(lang: Lang, name: &str) -> Option<Arc<LoadedHandler>> {
     let bytes = boxcar_examples::bytes(&job_type);
     let started = Instant::now();
     let handler = sandbox()
-        .load(&bytes, limits(), Capabilities::default())
+        .load(&bytes, limits(), caps)
         .unwrap_or_else(|e| panic!("{job_type} loads: {e}"));
     eprintln!(
         "loaded {job_type} ({:.1} MB) in {:.2?} (compile or cache hit)",
@@ -140,6 +146,29 @@ impl JobServices for Quiet {
     }
 }
 
+/// Records what a job asked of the host.
+#[derive(Default)]
+struct Recorder {
+    enqueued: Mutex<Vec<ChildJobRequest>>,
+    progress: Mutex<Vec<String>>,
+}
+
+impl JobServices for Recorder {
+    fn progress(&self, json: String) -> BoxFuture<'_, Result<(), ServiceError>> {
+        self.progress.lock().expect("lock").push(json);
+        Box::pin(async { Ok(()) })
+    }
+    fn enqueue(&self, request: ChildJobRequest) -> BoxFuture<'_, Result<String, ServiceError>> {
+        let mut all = self.enqueued.lock().expect("lock");
+        all.push(request);
+        let id = format!("child-{}", all.len());
+        Box::pin(async move { Ok(id) })
+    }
+    fn children(&self) -> BoxFuture<'_, Result<Vec<ChildSummary>, ServiceError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+}
+
 fn ctx() -> JobContext {
     JobContext {
         cancel: CancellationToken::new(),
@@ -165,6 +194,26 @@ async fn echo_returns_its_payload(lang: Lang) {
             result: Some(result),
         } => assert_eq!(parse(&result), parse(payload)),
         other => panic!("{job_type}: expected Succeeded with a result, got {other:?}"),
+    }
+    // An uncaught exception (here: the SDK parsing a payload that is not
+    // JSON, which the queue would never enqueue) is a crash: retryable,
+    // consuming an attempt, naming the exception type.
+    let outcome = echo
+        .run(job(&job_type, "not json", Duration::from_secs(10)), ctx())
+        .await;
+    match outcome {
+        Outcome::Retryable {
+            message,
+            retry_after: None,
+            consumes_attempt: true,
+        } => {
+            let expected = match lang {
+                Lang::Python => "JSONDecodeError",
+                Lang::Js => "SyntaxError",
+            };
+            assert!(message.contains(expected), "{job_type}: {message}");
+        }
+        other => panic!("{job_type}: expected a retryable crash, got {other:?}"),
     }
     // Through the queue's Handler trait too.
     let outcome =
@@ -256,6 +305,45 @@ async fn refuse_is_terminal_with_code_and_details(lang: Lang) {
         }
         other => panic!("{job_type}: expected Terminal, got {other:?}"),
     }
+}
+
+async fn fanout_uses_the_host_interface(lang: Lang) {
+    let echo_type = format!("{}.echo", lang.prefix());
+    let caps = Capabilities { may_enqueue: vec![echo_type.clone()] };
+    let Some(fanout) = example_with(lang, "fanout", caps).await else { return };
+    let job_type = format!("{}.fanout", lang.prefix());
+    let recorder = Arc::new(Recorder::default());
+    let ctx = JobContext {
+        cancel: CancellationToken::new(),
+        services: recorder.clone(),
+    };
+    let payload = r#"{"count": 2, "delay_ms": 50}"#;
+    let outcome = fanout.run(job(&job_type, payload, Duration::from_secs(10)), ctx).await;
+    match outcome {
+        Outcome::Succeeded { result: Some(result) } => assert_eq!(
+            parse(&result),
+            json!({"ids": ["child-1", "child-2"], "children": 0, "refused": "not-allowed"}),
+            "{job_type}"
+        ),
+        other => panic!("{job_type}: expected Succeeded, got {other:?}"),
+    }
+    let enqueued = recorder.enqueued.lock().expect("lock");
+    assert_eq!(enqueued.len(), 2, "{job_type}: the refused type never reaches the services");
+    for (i, request) in enqueued.iter().enumerate() {
+        assert_eq!(request.job_type, echo_type);
+        assert_eq!(parse(&request.payload), json!({"n": i, "parent": "job-1"}), "{job_type}");
+        assert_eq!(request.dedupe_key.as_deref(), Some(format!("fanout-job-1-{i}").as_str()));
+        assert_eq!(request.delay, Some(Duration::from_millis(50)), "{job_type}");
+        assert_eq!(request.priority, Some(5), "{job_type}");
+        assert_eq!(request.max_attempts, Some(2), "{job_type}");
+        assert!(request.scope.is_none(), "{job_type}");
+    }
+    let progress: Vec<Value> = recorder.progress.lock().expect("lock").iter().map(|p| parse(p)).collect();
+    assert_eq!(
+        progress,
+        vec![json!({"enqueued": 1, "of": 2}), json!({"enqueued": 2, "of": 2})],
+        "{job_type}"
+    );
 }
 
 async fn spin_times_out_at_200ms(lang: Lang) {
@@ -365,6 +453,16 @@ async fn python_refuse_is_terminal_with_code_and_details() {
 #[tokio::test]
 async fn js_refuse_is_terminal_with_code_and_details() {
     refuse_is_terminal_with_code_and_details(Lang::Js).await;
+}
+
+#[tokio::test]
+async fn python_fanout_uses_the_host_interface() {
+    fanout_uses_the_host_interface(Lang::Python).await;
+}
+
+#[tokio::test]
+async fn js_fanout_uses_the_host_interface() {
+    fanout_uses_the_host_interface(Lang::Js).await;
 }
 
 #[tokio::test]

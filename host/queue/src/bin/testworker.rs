@@ -11,14 +11,17 @@
 //! - `BOXCAR_LEASE_MS` renewed lease length (default: timeout + grace)
 //! - `BOXCAR_POLL_MS` poll interval (default 500)
 //! - `BOXCAR_SERIALIZE_BY_SCOPE=1` declares the scope guard
+//! - `BOXCAR_TYPE` may list several types: `a,b,c`
+//! - `BOXCAR_NWR` `a:b,b:a` declares `not_while_running` (type:other)
+//! - `BOXCAR_POOL` `4:a=2,b=1` declares pool `p` of concurrency 4 with costs
 
 use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
 use boxcar_queue::{
-    connect, Handler, HandlerSettings, JobContext, JobRun, Outcome, Queue, QueueOptions, Registry,
-    Worker, WorkerOptions,
+    connect, Handler, HandlerSettings, JobContext, JobRun, Outcome, PoolConfig, Queue,
+    QueueOptions, Registry, Worker, WorkerOptions,
 };
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -134,17 +137,47 @@ async fn main() {
         }
     };
     let registry = Registry::new();
-    let settings = HandlerSettings {
-        concurrency: u32::try_from(num("BOXCAR_CONCURRENCY", 8)).unwrap_or(8),
-        timeout: Duration::from_secs(120),
-        serialize_by_scope: env("BOXCAR_SERIALIZE_BY_SCOPE").is_some(),
-        lease_duration: env("BOXCAR_LEASE_MS")
-            .map(|_| Duration::from_millis(num("BOXCAR_LEASE_MS", 1000))),
-        ..HandlerSettings::default()
-    };
-    if let Err(e) = registry.register(job_type, Arc::new(LogHandler { log, mode }), settings) {
-        eprintln!("testworker: {e}");
-        std::process::exit(2);
+    let nwr: Vec<(String, String)> = env("BOXCAR_NWR")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|p| p.split_once(':'))
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    let handler: Arc<dyn Handler> = Arc::new(LogHandler { log, mode });
+    for t in job_type.split(',') {
+        let settings = HandlerSettings {
+            concurrency: u32::try_from(num("BOXCAR_CONCURRENCY", 8)).unwrap_or(8),
+            timeout: Duration::from_secs(120),
+            serialize_by_scope: env("BOXCAR_SERIALIZE_BY_SCOPE").is_some(),
+            not_while_running: nwr
+                .iter()
+                .filter(|(a, _)| a == t)
+                .map(|(_, b)| b.clone())
+                .collect(),
+            lease_duration: env("BOXCAR_LEASE_MS")
+                .map(|_| Duration::from_millis(num("BOXCAR_LEASE_MS", 1000))),
+            ..HandlerSettings::default()
+        };
+        if let Err(e) = registry.register(t, handler.clone(), settings) {
+            eprintln!("testworker: {e}");
+            std::process::exit(2);
+        }
+    }
+    if let Some(spec) = env("BOXCAR_POOL") {
+        let (limit, members) = spec.split_once(':').unwrap_or(("1", ""));
+        let mut pool = PoolConfig {
+            name: "p".into(),
+            concurrency: limit.parse().ok(),
+            ..PoolConfig::default()
+        };
+        for m in members.split(',').filter_map(|m| m.split_once('=')) {
+            pool.types.push(m.0.to_string());
+            pool.costs.insert(m.0.to_string(), m.1.parse().unwrap_or(1));
+        }
+        if let Err(e) = registry.set_pools(vec![pool]) {
+            eprintln!("testworker: {e}");
+            std::process::exit(2);
+        }
     }
     let opts = WorkerOptions {
         poll_interval: Duration::from_millis(num("BOXCAR_POLL_MS", 500)),

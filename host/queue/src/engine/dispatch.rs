@@ -19,9 +19,6 @@ use crate::store::{ClaimParams, StoreEvent};
 
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
-/// How long a freed slot waits for others before the refill claim.
-const REFILL_COALESCE: Duration = Duration::from_millis(1);
-
 #[derive(Default)]
 struct Starvation {
     polls: u32,
@@ -131,14 +128,7 @@ pub(crate) async fn run(engine: Arc<Engine>) {
                 () = engine.stop_claiming.cancelled() => return,
                 () = &mut poll => break,
                 () = engine.queue.wake_notify().notified(), if !failed => break,
-                () = engine.slot_freed.notified(), if !failed => {
-                    // Runs still in flight usually finish together; waiting
-                    // a moment lets one claim refill several slots at once.
-                    if !engine.queue.inflight().ids().is_empty() {
-                        tokio::time::sleep(REFILL_COALESCE).await;
-                    }
-                    break;
-                }
+                () = engine.slot_freed.notified(), if !failed => break,
                 ev = events.recv(), if !failed => match ev {
                     Ok(StoreEvent::Inserted(_)) | Err(RecvError::Lagged(_)) => break,
                     Ok(StoreEvent::Finished(_)) => continue,

@@ -346,3 +346,47 @@ async fn pool_rate_window_resets_after_a_minute() {
         "the window reset"
     );
 }
+
+#[tokio::test]
+async fn retention_sweeper_prunes_old_terminal_jobs() {
+    let store: Arc<dyn JobStore> = Arc::new(MemoryStore::new());
+    let q = Queue::new(store, QueueOptions::default()).unwrap();
+    let reg = Registry::new();
+    reg.register(
+        "r",
+        Arc::new(boxcar_queue::bench::NoopHandler),
+        HandlerSettings::default(),
+    )
+    .unwrap();
+    let opts = WorkerOptions {
+        poll_interval: Duration::from_millis(20),
+        retention: Some(RetentionPolicy {
+            older_than: Duration::from_millis(50),
+            sweep_interval: Duration::from_millis(20),
+            statuses: vec![JobStatus::Succeeded],
+        }),
+        ..WorkerOptions::default()
+    };
+    let w = Worker::start(q.clone(), reg, opts).unwrap();
+    let id = q.add(NewJob::new("r", &json!({}))).await.unwrap().id;
+    let pending_forever = q
+        .add(NewJob::new("r", &json!({})).delay(Duration::from_secs(3600)))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(
+        q.wait(&id, Duration::from_secs(5)).await.unwrap().status,
+        JobStatus::Succeeded
+    );
+    let gone = crate::support::eventually(Duration::from_secs(5), || async {
+        q.get(&id).await.unwrap().is_none()
+    })
+    .await;
+    assert!(gone, "the sweeper pruned the old succeeded job");
+    assert!(
+        q.get(&pending_forever).await.unwrap().is_some(),
+        "live jobs are kept"
+    );
+    assert_eq!(w.maintenance().prune_once().await.unwrap(), 0);
+    w.shutdown().await;
+}

@@ -317,6 +317,135 @@ async fn scope_guard_across_processes(backend: Backend) {
     fx.finish().await;
 }
 
+/// Runs `jobs` on 3 worker processes with `envs`; returns each job's
+/// `(type, start µs, end µs)` from the execution log.
+async fn run_guarded(
+    fx: &Fixture,
+    jobs: Vec<NewJob>,
+    envs: &[(&str, &str)],
+) -> Vec<(String, u128, u128)> {
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_path(&dir);
+    let q = fx.queue();
+    let n = jobs.len() as u64;
+    let types: Vec<String> = jobs.iter().map(|j| j.job_type.clone()).collect();
+    let mut type_of = HashMap::new();
+    for (r, t) in q.add_many(jobs).await.unwrap().into_iter().zip(types) {
+        type_of.insert(r.id, t);
+    }
+    let mut procs: Vec<Proc> = (0..3).map(|_| Proc::spawn(&fx.url, &log, envs)).collect();
+    let store = fx.store.clone();
+    let done = eventually(Duration::from_secs(120), || {
+        let store = store.clone();
+        async move { store.count_by_status().await.unwrap().succeeded == n }
+    })
+    .await;
+    for p in &mut procs {
+        p.kill();
+    }
+    assert!(
+        done,
+        "not all guarded jobs succeeded: {:?}",
+        fx.store.count_by_status().await.unwrap()
+    );
+    let mut spans: HashMap<String, (u128, u128)> = HashMap::new();
+    for (what, id, _pid, at) in read_timed_log(&log) {
+        let e = spans.entry(id).or_insert((0, 0));
+        if what == "start" {
+            e.0 = at;
+        } else if what == "end" {
+            e.1 = at;
+        }
+    }
+    spans
+        .into_iter()
+        .map(|(id, (a, b))| (type_of[&id].clone(), a, b))
+        .collect()
+}
+
+async fn pool_guard_across_processes(backend: Backend) {
+    let Some(fx) = Fixture::new(backend).await else {
+        return;
+    };
+    let jobs = (0..150)
+        .map(|i| NewJob::new(["big", "small", "tiny"][i % 3], &json!({})))
+        .collect();
+    let envs = [
+        ("BOXCAR_TYPE", "big,small,tiny"),
+        ("BOXCAR_CONCURRENCY", "4"),
+        ("BOXCAR_POLL_MS", "50"),
+        ("BOXCAR_MODE", "sleep:5"),
+        ("BOXCAR_POOL", "4:big=2,small=1,tiny=1"),
+    ];
+    let spans = run_guarded(&fx, jobs, &envs).await;
+    let cost = |t: &str| if t == "big" { 2i64 } else { 1 };
+    let mut edges: Vec<(u128, i64)> = Vec::new();
+    for (t, a, b) in &spans {
+        edges.push((*a, cost(t)));
+        edges.push((*b, -cost(t)));
+    }
+    edges.sort_by_key(|&(at, delta)| (at, delta));
+    let mut used = 0;
+    let mut peak = 0;
+    for (_, d) in edges {
+        used += d;
+        peak = peak.max(used);
+    }
+    assert!(
+        peak <= 4,
+        "summed cost of overlapping runs reached {peak} > 4"
+    );
+    assert!(peak >= 2, "the pool did let work overlap (peak {peak})");
+    fx.finish().await;
+}
+
+async fn not_while_running_across_processes(backend: Backend) {
+    let Some(fx) = Fixture::new(backend).await else {
+        return;
+    };
+    let jobs = (0..120)
+        .map(|i| NewJob::new(["import", "hydrate"][i % 2], &json!({})))
+        .collect();
+    let envs = [
+        ("BOXCAR_TYPE", "import,hydrate"),
+        ("BOXCAR_CONCURRENCY", "4"),
+        ("BOXCAR_POLL_MS", "50"),
+        ("BOXCAR_MODE", "sleep:5"),
+        ("BOXCAR_NWR", "import:hydrate,hydrate:import"),
+    ];
+    let spans = run_guarded(&fx, jobs, &envs).await;
+    let (imports, hydrates): (Vec<_>, Vec<_>) = spans.iter().partition(|s| s.0 == "import");
+    for i in &imports {
+        for h in &hydrates {
+            assert!(
+                i.2 <= h.1 || h.2 <= i.1,
+                "import {i:?} overlaps hydrate {h:?}"
+            );
+        }
+    }
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_pool_guard_holds_across_three_processes() {
+    pool_guard_across_processes(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_pool_guard_holds_across_three_processes() {
+    pool_guard_across_processes(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_not_while_running_holds_across_three_processes() {
+    not_while_running_across_processes(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_not_while_running_holds_across_three_processes() {
+    not_while_running_across_processes(Backend::Postgres).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_scope_guard_holds_across_three_processes() {
     scope_guard_across_processes(Backend::Sqlite).await;
