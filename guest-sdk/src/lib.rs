@@ -17,6 +17,10 @@
 //!   retryable failure, so `?` works.
 //! - Host calls: [`info!`] and the other logging macros, [`progress`],
 //!   [`cancelled`], [`enqueue`], [`children`].
+//! - Outbound HTTP, when the manifest grants it (`capabilities.http`):
+//!   [`http::get`], [`http::post`], [`http::Request`]. Granted directories,
+//!   the scratch `/tmp` and environment variables are plain `std::fs` /
+//!   `std::env`.
 //!
 //! A fresh instance runs every job: globals do not survive between jobs.
 //! Jobs are delivered at least once, so handlers must be idempotent.
@@ -91,6 +95,7 @@
 pub mod bindings;
 mod error;
 mod host;
+pub mod http;
 mod job;
 mod payload;
 

@@ -1,10 +1,18 @@
 //! Engine-wide settings ([`SandboxConfig`]) and per-handler settings
 //! ([`HandlerLimits`], [`Capabilities`]), each validated once, when the
 //! sandbox is built or a handler is loaded.
+//!
+//! Invariant: [`Capabilities`] never prints `env` values (they may be
+//! secrets): its `Debug` shows the variable names only.
 
-use std::{path::PathBuf, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    path::PathBuf,
+    time::Duration,
+};
 
-use crate::SandboxError;
+use crate::{http::HttpOrigin, SandboxError};
 
 /// Settings shared by every handler of one [`Sandbox`](crate::Sandbox).
 #[derive(Clone, Debug)]
@@ -33,6 +41,11 @@ pub struct SandboxConfig {
     /// call (e.g. a WASI sleep) may take before it is dropped. Guests
     /// running wasm are stopped by the epoch check regardless. Default 0.
     pub abandon_grace: Duration,
+    /// Where per-job scratch directories (`Capabilities::scratch`) are
+    /// created, one fresh sub-directory per job, removed after it. Must be
+    /// writable by the host and by nobody else. `None` is
+    /// `$TMPDIR/boxcar-scratch`.
+    pub scratch_dir: Option<PathBuf>,
     /// Epoch interruption. Always on in production: turning it off removes
     /// deadline and cancel enforcement for running wasm. Exists only so the
     /// benchmark can measure its cost.
@@ -51,6 +64,7 @@ impl Default for SandboxConfig {
             max_wasm_stack: 512 << 10,
             fuel: false,
             abandon_grace: Duration::ZERO,
+            scratch_dir: None,
             epoch_interruption: true,
         }
     }
@@ -122,6 +136,9 @@ pub struct HandlerLimits {
     pub tables: usize,
     /// Core instances per job. Default 20.
     pub instances: usize,
+    /// Largest outbound HTTP response body, in bytes; a longer body fails
+    /// with `HTTP-response-body-size` in the guest. Default 4 MiB.
+    pub max_http_body: u64,
 }
 
 impl Default for HandlerLimits {
@@ -137,6 +154,7 @@ impl Default for HandlerLimits {
             table_elements: 100_000,
             tables: 10,
             instances: 20,
+            max_http_body: 4 << 20,
         }
     }
 }
@@ -171,15 +189,139 @@ impl HandlerLimits {
         if self.tables == 0 || self.instances == 0 {
             return bad("tables and instances must be at least 1".into());
         }
+        if self.max_http_body == 0 {
+            return bad("max_http_body: 0 would refuse every response body".into());
+        }
         Ok(())
     }
 }
 
 /// What a handler may do beyond computing (from the manifest's
-/// `[capabilities]`). Nothing is granted by default. Later capabilities
-/// (HTTP allow-list, directories, environment) are added here.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// `[capabilities]`). Nothing is granted by default: no network, no files,
+/// no environment. See the README's "Capabilities" section.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Capabilities {
     /// Job types this handler may enqueue.
     pub may_enqueue: Vec<String>,
+    /// Origins outbound `wasi:http` requests may go to; empty refuses all.
+    pub http: Vec<HttpOrigin>,
+    /// Host directories preopened in the guest.
+    pub dirs: Vec<DirGrant>,
+    /// Size cap, in bytes, of a fresh per-job scratch directory the guest
+    /// sees at `/tmp`; `None` grants none.
+    pub scratch: Option<u64>,
+    /// The guest's entire environment. Values may be secrets: never logged.
+    pub env: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Capabilities")
+            .field("may_enqueue", &self.may_enqueue)
+            .field("http", &self.http)
+            .field("dirs", &self.dirs)
+            .field("scratch", &self.scratch)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// The guest path of the scratch directory.
+pub const SCRATCH_GUEST_PATH: &str = "/tmp";
+
+impl Capabilities {
+    /// Checks the grants; called at load. Directories must exist now (they
+    /// are opened again for every job).
+    ///
+    /// # Errors
+    /// [`SandboxError::Capabilities`] naming the grant and what to fix.
+    pub fn validate(&self) -> Result<(), SandboxError> {
+        let bad = |why: String| Err(SandboxError::Capabilities(why));
+        let mut guest_paths = BTreeSet::new();
+        if self.scratch.is_some() {
+            guest_paths.insert(SCRATCH_GUEST_PATH.to_string());
+        }
+        for dir in &self.dirs {
+            if let Err(why) = check_guest_path(&dir.guest) {
+                return bad(format!("dirs: guest path `{}` {why}", dir.guest));
+            }
+            if !guest_paths.insert(dir.guest.clone()) {
+                return bad(format!(
+                    "dirs: guest path `{}` is granted twice (scratch uses {SCRATCH_GUEST_PATH})",
+                    dir.guest
+                ));
+            }
+            if !dir.host.is_absolute() {
+                return bad(format!(
+                    "dirs: host path `{}` must be absolute",
+                    dir.host.display()
+                ));
+            }
+            if !dir.host.is_dir() {
+                return bad(format!(
+                    "dirs: host path `{}` is not an existing directory; create it or fix the path",
+                    dir.host.display()
+                ));
+            }
+        }
+        if self.scratch == Some(0) {
+            return bad("scratch: 0 bytes; omit scratch to grant none".into());
+        }
+        for (name, value) in &self.env {
+            if name.is_empty() || name.contains('=') || name.contains('\0') {
+                return bad(format!(
+                    "env: `{}` is not a variable name (non-empty, no `=` or NUL)",
+                    name.escape_debug()
+                ));
+            }
+            if value.contains('\0') {
+                return bad(format!("env: the value of `{name}` contains a NUL byte"));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn check_guest_path(path: &str) -> Result<(), &'static str> {
+    if !path.starts_with('/') || path.len() < 2 {
+        return Err("must be absolute and not `/`, e.g. `/media`");
+    }
+    if path.ends_with('/') || path.split('/').skip(1).any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err("must be a plain absolute path without `.`, `..`, `//` or a trailing `/`");
+    }
+    if path.contains('\0') {
+        return Err("contains a NUL byte");
+    }
+    Ok(())
+}
+
+/// A host directory preopened in the guest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirGrant {
+    /// Absolute host path; must exist when the handler is loaded.
+    pub host: PathBuf,
+    /// Absolute path the guest sees it at, e.g. `/media`.
+    pub guest: String,
+    /// Read-only or read-write.
+    pub mode: DirMode,
+}
+
+/// Access to a granted directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DirMode {
+    /// Read files and list directories only.
+    ReadOnly,
+    /// Also create, write, rename and delete.
+    ReadWrite,
+}
+
+impl DirMode {
+    /// `ro` or `rw`, as in the manifest.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::ReadOnly => "ro",
+            Self::ReadWrite => "rw",
+        }
+    }
 }

@@ -8,6 +8,9 @@
 //! - A handler is compiled once (or loaded from the on-disk cache), checked
 //!   against the `handler` world and linked once into an `InstancePre`;
 //!   running a job only instantiates.
+//! - The linker holds WASI p2 and `wasi:http` for every handler; what a
+//!   handler may actually reach is decided per handler by its
+//!   [`Capabilities`] (validated at load), never by the linker.
 
 use std::{
     path::PathBuf,
@@ -42,6 +45,16 @@ pub(crate) struct Shared {
     compiles: AtomicU64,
     cache_hits: AtomicU64,
     _ticker: Option<Ticker>,
+}
+
+impl Shared {
+    /// The directory per-job scratch directories are created in.
+    pub(crate) fn scratch_base(&self) -> PathBuf {
+        self.config
+            .scratch_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join("boxcar-scratch"))
+    }
 }
 
 /// Runs handler components; one per process.
@@ -115,6 +128,7 @@ impl Sandbox {
         let engine = Engine::new(&wc).map_err(engine_err)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(engine_err)?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(engine_err)?;
         HandlerWorld::add_to_linker::<_, HasSelf<HostState>>(&mut linker, |s| s)
             .map_err(engine_err)?;
         let ticker = if config.epoch_interruption {
@@ -158,7 +172,9 @@ impl Sandbox {
     /// Blocking and CPU-heavy on a cache miss.
     ///
     /// # Errors
-    /// [`SandboxError::Limits`] for invalid limits, [`SandboxError::Compile`]
+    /// [`SandboxError::Limits`] for invalid limits,
+    /// [`SandboxError::Capabilities`] for an unusable grant (e.g. a missing
+    /// directory), [`SandboxError::Compile`]
     /// when the bytes are not a component, [`SandboxError::World`] when it
     /// does not implement `boxcar:handler/handler` or imports something the
     /// host does not provide.
@@ -183,6 +199,16 @@ impl Sandbox {
     ) -> Result<(Arc<LoadedHandler>, LoadReport), SandboxError> {
         let shared = &self.shared;
         limits.validate(&shared.config)?;
+        caps.validate()?;
+        if caps.scratch.is_some() {
+            let base = shared.scratch_base();
+            std::fs::create_dir_all(&base).map_err(|e| {
+                SandboxError::Capabilities(format!(
+                    "scratch: cannot create the scratch base directory {} ({e}); set SandboxConfig::scratch_dir to a writable directory",
+                    base.display()
+                ))
+            })?;
+        }
         let digest = hex::encode(Sha256::digest(bytes));
         let started = Instant::now();
         let cache_path = shared

@@ -10,6 +10,9 @@ pub enum SandboxError {
     /// A [`HandlerLimits`](crate::HandlerLimits) field is out of range.
     #[error("invalid handler limits: {0}")]
     Limits(String),
+    /// A [`Capabilities`](crate::Capabilities) grant is unusable.
+    #[error("invalid capabilities: {0}")]
+    Capabilities(String),
     /// wasmtime refused the engine configuration.
     #[error("cannot create the wasmtime engine: {0}")]
     Engine(String),

@@ -10,7 +10,10 @@
 //!   [`Outcome`]. Deadlines and cancellation are enforced with epoch
 //!   interruption, memory/table/instance caps with a resource limiter, and
 //!   log/progress/result/enqueue sizes in the host interface. WASI grants
-//!   clocks and random only; stdout/stderr go to the job's bounded log.
+//!   clocks and random, plus only what the handler's [`Capabilities`] name
+//!   (outbound HTTP to listed origins, preopened directories, a per-job
+//!   scratch `/tmp`, environment variables); stdout/stderr go to the job's
+//!   bounded log.
 //! - [`LoadedHandler`] implements the queue's
 //!   [`Handler`](boxcar_queue::Handler) trait (version = module digest).
 //!
@@ -22,13 +25,17 @@ mod config;
 mod engine;
 mod error;
 mod host_impl;
+mod http;
 mod output;
 mod run;
 mod state;
 mod ticker;
 
 pub use boxcar_queue::{LimitKind, Outcome};
-pub use config::{Capabilities, HandlerLimits, SandboxConfig};
+pub use config::{
+    Capabilities, DirGrant, DirMode, HandlerLimits, SandboxConfig, SCRATCH_GUEST_PATH,
+};
+pub use http::HttpOrigin;
 pub use engine::{LoadReport, Sandbox};
 pub use error::SandboxError;
 pub use run::LoadedHandler;

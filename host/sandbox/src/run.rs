@@ -13,8 +13,12 @@
 //!   typically because `cancelled()` told it to stop — ends `Cancelled`
 //!   (`TimedOut`); a success that lands is kept.
 //! - Every ending is an [`Outcome`]; nothing here panics on guest input.
+//! - The WASI context holds exactly the granted env vars and directories;
+//!   a granted scratch directory is created empty for the job, watched for
+//!   its size cap while the job runs, and removed with the store.
 
 use std::{
+    path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -23,11 +27,14 @@ use boxcar_queue::{Handler, JobContext, JobRun, LimitKind, Outcome};
 use chrono::Utc;
 use futures::future::BoxFuture;
 use wasmtime::{Store, Trap, UpdateDeadline};
-use wasmtime_wasi::{ResourceTable, WasiCtxBuilder};
+use wasmtime_wasi::{FsPerms, ResourceTable, WasiCtxBuilder};
+use wasmtime_wasi_http::WasiHttpCtx;
 
 use crate::{
     bindings::{boxcar::handler::types as wit, HandlerPre},
+    config::{DirMode, SCRATCH_GUEST_PATH},
     engine::{LoadReport, Shared},
+    http::{HttpOrigin, HttpPolicy},
     output::{truncate, GuestOutput, LogLimitReached, LogSink},
     state::{HostState, Interrupt, LimitHit, Limiter},
     Capabilities, HandlerLimits,
@@ -35,6 +42,9 @@ use crate::{
 
 /// Longest error message kept from a guest.
 const MAX_MESSAGE: usize = 8 << 10;
+
+/// How often a job's scratch directory is measured against its cap.
+const SCRATCH_POLL: Duration = Duration::from_millis(10);
 
 /// A compiled, linked handler version. Cheap to share; in-flight jobs keep
 /// it alive after a redeploy replaces it. Cloning is cheap (shared parts).
@@ -45,6 +55,7 @@ pub struct LoadedHandler {
     digest: String,
     limits: Arc<HandlerLimits>,
     caps: Arc<Capabilities>,
+    http_allowed: Arc<[HttpOrigin]>,
     report: LoadReport,
 }
 
@@ -57,12 +68,14 @@ impl LoadedHandler {
         caps: Arc<Capabilities>,
         report: LoadReport,
     ) -> Self {
+        let http_allowed = caps.http.iter().cloned().collect();
         Self {
             shared,
             pre,
             digest,
             limits,
             caps,
+            http_allowed,
             report,
         }
     }
@@ -118,15 +131,39 @@ impl LoadedHandler {
             self.limits.max_log,
             self.limits.max_log_line,
         ));
-        let wasi = WasiCtxBuilder::new()
-            .stdout(GuestOutput::stdout(Arc::clone(&log)))
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(GuestOutput::stdout(Arc::clone(&log)))
             .stderr(GuestOutput::stderr(Arc::clone(&log)))
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .build();
+            .allow_ip_name_lookup(false);
+        for (name, value) in &self.caps.env {
+            wasi.env(name, value);
+        }
+        for dir in &self.caps.dirs {
+            let perms = match dir.mode {
+                DirMode::ReadOnly => FsPerms::ReadOnly,
+                DirMode::ReadWrite => FsPerms::ReadWrite,
+            };
+            if let Err(e) = wasi.preopened_dir(&dir.host, &dir.guest, perms) {
+                return host_error(
+                    &format!("opening the granted directory {}", dir.host.display()),
+                    &e,
+                );
+            }
+        }
+        let scratch = match self.caps.scratch {
+            None => None,
+            Some(cap) => match self.make_scratch(&mut wasi) {
+                Ok(dir) => Some((dir, cap)),
+                Err(outcome) => return outcome,
+            },
+        };
+        let scratch_watch = scratch
+            .as_ref()
+            .map(|(dir, cap)| (dir.path().to_path_buf(), *cap));
         let state = HostState {
-            wasi,
+            wasi: wasi.build(),
             table: ResourceTable::new(),
             limiter: Limiter::new(&self.limits),
             log: Arc::clone(&log),
@@ -136,6 +173,14 @@ impl LoadedHandler {
             cancel: ctx.cancel,
             deadline,
             enqueues: 0,
+            http: WasiHttpCtx::new(),
+            http_policy: HttpPolicy {
+                allowed: Arc::clone(&self.http_allowed),
+                max_body: self.limits.max_http_body,
+                deadline,
+                log: Arc::clone(&log),
+            },
+            _scratch: scratch.map(|(dir, _)| dir),
         };
         let mut store = Store::new(&self.shared.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -157,22 +202,60 @@ impl LoadedHandler {
                 Ok(UpdateDeadline::Yield(1))
             });
         }
-        let instance = match self.pre.instantiate_async(&mut store).await {
+        match scratch_watch {
+            None => self.drive(&mut store, job, &log, deadline).await,
+            Some((path, cap)) => tokio::select! {
+                biased;
+                outcome = self.drive(&mut store, job, &log, deadline) => outcome,
+                outcome = watch_scratch(path, cap) => {
+                    log.flush();
+                    outcome
+                }
+            },
+        }
+    }
+
+    /// Instantiates and calls the handler in `store`.
+    async fn drive(
+        &self,
+        store: &mut Store<HostState>,
+        job: JobRun,
+        log: &LogSink,
+        deadline: Instant,
+    ) -> Outcome {
+        let instance = match self.pre.instantiate_async(&mut *store).await {
             Ok(i) => i,
             Err(e) => {
                 log.flush();
-                return classify(&e, &mut store, "instantiating the handler");
+                return classify(&e, store, "instantiating the handler");
             }
         };
         let wit_job = to_wit(job);
-        let called = instance.call_handle(&mut store, &wit_job).await;
+        let called = instance.call_handle(&mut *store, &wit_job).await;
         log.flush();
         match called {
             Ok(Err(_)) if store.data().cancel.is_cancelled() => Outcome::Cancelled,
             Ok(Err(_)) if Instant::now() >= deadline => Outcome::TimedOut,
             Ok(answer) => self.answer(answer),
-            Err(e) => classify(&e, &mut store, "running the handler"),
+            Err(e) => classify(&e, store, "running the handler"),
         }
+    }
+
+    /// Creates the job's empty scratch directory and preopens it at `/tmp`.
+    fn make_scratch(&self, wasi: &mut WasiCtxBuilder) -> Result<tempfile::TempDir, Outcome> {
+        let base = self.shared.scratch_base();
+        let dir = tempfile::Builder::new()
+            .prefix("job-")
+            .tempdir_in(&base)
+            .map_err(|e| Outcome::HostError {
+                message: format!(
+                    "creating the job's scratch directory in {}: {e}; check that it exists and is writable (SandboxConfig::scratch_dir)",
+                    base.display()
+                ),
+            })?;
+        wasi.preopened_dir(dir.path(), SCRATCH_GUEST_PATH, FsPerms::ReadWrite)
+            .map_err(|e| host_error("opening the job's scratch directory", &e))?;
+        Ok(dir)
     }
 
     /// Maps the guest's own answer, enforcing result sizes.
@@ -260,6 +343,53 @@ fn classify(e: &wasmtime::Error, store: &mut Store<HostState>, doing: &str) -> O
         };
     }
     host_error(doing, e)
+}
+
+/// Resolves once the scratch directory at `path` holds more than `cap`
+/// bytes (see [`scratch_usage`]); polls every [`SCRATCH_POLL`].
+async fn watch_scratch(path: PathBuf, cap: u64) -> Outcome {
+    loop {
+        tokio::time::sleep(SCRATCH_POLL).await;
+        let dir = path.clone();
+        let used = tokio::task::spawn_blocking(move || scratch_usage(&dir))
+            .await
+            .unwrap_or(0);
+        if used > cap {
+            return Outcome::LimitExceeded {
+                which: LimitKind::Other,
+                detail: format!(
+                    "the job's scratch directory ({SCRATCH_GUEST_PATH}) held {used} bytes, more than capabilities.scratch ({cap} bytes)"
+                ),
+            };
+        }
+    }
+}
+
+/// Bytes charged to a scratch directory: the apparent length of every file
+/// (sparse files count in full) plus 4 KiB per directory entry of any kind
+/// (so creating many empty files also counts). Unreadable entries are
+/// skipped; symlinks are not followed.
+fn scratch_usage(root: &Path) -> u64 {
+    const ENTRY: u64 = 4096;
+    let mut used = 0u64;
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            used = used.saturating_add(ENTRY);
+            let Ok(meta) = entry.path().symlink_metadata() else {
+                continue;
+            };
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.is_file() {
+                used = used.saturating_add(meta.len());
+            }
+        }
+    }
+    used
 }
 
 fn host_error(doing: &str, e: &wasmtime::Error) -> Outcome {

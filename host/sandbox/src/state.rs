@@ -1,8 +1,11 @@
 //! Per-job store data ([`HostState`]) and the resource limiter.
 //!
 //! Invariants: one `HostState` per job, inside a fresh `Store`, dropped with
-//! it; it only ever grants WASI clocks and random (stdio goes to the job's
-//! [`LogSink`]); any bound a guest breaks is recorded in `violation` so the
+//! it; its WASI context grants clocks and random, stdio to the job's
+//! [`LogSink`], and only what the handler's `Capabilities` name (env,
+//! preopened directories, scratch); `wasi:http` goes through the job's
+//! [`HttpPolicy`]. The scratch directory is owned here and removed when the
+//! store is dropped, however the job ended. Any bound a guest breaks is recorded in `violation` so the
 //! run ends with that outcome rather than a generic trap.
 
 use std::{sync::Arc, time::Instant};
@@ -11,8 +14,9 @@ use boxcar_queue::{JobServices, LimitKind, Outcome};
 use tokio_util::sync::CancellationToken;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::{output::LogSink, Capabilities, HandlerLimits};
+use crate::{http::HttpPolicy, output::LogSink, Capabilities, HandlerLimits};
 
 /// Store data of one job.
 pub(crate) struct HostState {
@@ -26,6 +30,20 @@ pub(crate) struct HostState {
     pub(crate) cancel: CancellationToken,
     pub(crate) deadline: Instant,
     pub(crate) enqueues: u32,
+    pub(crate) http: WasiHttpCtx,
+    pub(crate) http_policy: HttpPolicy,
+    /// The job's scratch directory, removed on drop.
+    pub(crate) _scratch: Option<tempfile::TempDir>,
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.http_policy,
+        }
+    }
 }
 
 impl WasiView for HostState {

@@ -2,8 +2,9 @@
 //! handlers run in the sandbox like the Rust ones: echo succeeds, flaky is
 //! retryable with its retry-after, refuse is terminal with code and details,
 //! fanout's logs, progress and enqueues reach the host (and a type outside
-//! `may_enqueue` is refused), spin is stopped at its deadline. Also prints (does not assert) the
-//! per-job instantiate + call time of the echo handlers.
+//! `may_enqueue` is refused), spin is stopped at its deadline. Also prints
+//! (does not assert) the per-job instantiate + call time of the echo
+//! handlers.
 //!
 //! The examples exist only when `boxcar-examples` found the toolchains at
 //! build time; otherwise each test prints why it skips and passes — unless
@@ -309,8 +310,13 @@ async fn refuse_is_terminal_with_code_and_details(lang: Lang) {
 
 async fn fanout_uses_the_host_interface(lang: Lang) {
     let echo_type = format!("{}.echo", lang.prefix());
-    let caps = Capabilities { may_enqueue: vec![echo_type.clone()] };
-    let Some(fanout) = example_with(lang, "fanout", caps).await else { return };
+    let caps = Capabilities {
+        may_enqueue: vec![echo_type.clone()],
+        ..Capabilities::default()
+    };
+    let Some(fanout) = example_with(lang, "fanout", caps).await else {
+        return;
+    };
     let job_type = format!("{}.fanout", lang.prefix());
     let recorder = Arc::new(Recorder::default());
     let ctx = JobContext {
@@ -318,9 +324,13 @@ async fn fanout_uses_the_host_interface(lang: Lang) {
         services: recorder.clone(),
     };
     let payload = r#"{"count": 2, "delay_ms": 50}"#;
-    let outcome = fanout.run(job(&job_type, payload, Duration::from_secs(10)), ctx).await;
+    let outcome = fanout
+        .run(job(&job_type, payload, Duration::from_secs(10)), ctx)
+        .await;
     match outcome {
-        Outcome::Succeeded { result: Some(result) } => assert_eq!(
+        Outcome::Succeeded {
+            result: Some(result),
+        } => assert_eq!(
             parse(&result),
             json!({"ids": ["child-1", "child-2"], "children": 0, "refused": "not-allowed"}),
             "{job_type}"
@@ -328,20 +338,40 @@ async fn fanout_uses_the_host_interface(lang: Lang) {
         other => panic!("{job_type}: expected Succeeded, got {other:?}"),
     }
     let enqueued = recorder.enqueued.lock().expect("lock");
-    assert_eq!(enqueued.len(), 2, "{job_type}: the refused type never reaches the services");
+    assert_eq!(
+        enqueued.len(),
+        2,
+        "{job_type}: the refused type never reaches the services"
+    );
     for (i, request) in enqueued.iter().enumerate() {
         assert_eq!(request.job_type, echo_type);
-        assert_eq!(parse(&request.payload), json!({"n": i, "parent": "job-1"}), "{job_type}");
-        assert_eq!(request.dedupe_key.as_deref(), Some(format!("fanout-job-1-{i}").as_str()));
+        assert_eq!(
+            parse(&request.payload),
+            json!({"n": i, "parent": "job-1"}),
+            "{job_type}"
+        );
+        assert_eq!(
+            request.dedupe_key.as_deref(),
+            Some(format!("fanout-job-1-{i}").as_str())
+        );
         assert_eq!(request.delay, Some(Duration::from_millis(50)), "{job_type}");
         assert_eq!(request.priority, Some(5), "{job_type}");
         assert_eq!(request.max_attempts, Some(2), "{job_type}");
         assert!(request.scope.is_none(), "{job_type}");
     }
-    let progress: Vec<Value> = recorder.progress.lock().expect("lock").iter().map(|p| parse(p)).collect();
+    let progress: Vec<Value> = recorder
+        .progress
+        .lock()
+        .expect("lock")
+        .iter()
+        .map(|p| parse(p))
+        .collect();
     assert_eq!(
         progress,
-        vec![json!({"enqueued": 1, "of": 2}), json!({"enqueued": 2, "of": 2})],
+        vec![
+            json!({"enqueued": 1, "of": 2}),
+            json!({"enqueued": 2, "of": 2})
+        ],
         "{job_type}"
     );
 }

@@ -14,6 +14,7 @@
 //! - `BOXCAR_TYPE` may list several types: `a,b,c`
 //! - `BOXCAR_NWR` `a:b,b:a` declares `not_while_running` (type:other)
 //! - `BOXCAR_POOL` `4:a=2,b=1` declares pool `p` of concurrency 4 with costs
+//! - `BOXCAR_WAITS` `a:b` declares `waits_for` (type:other)
 
 use std::io::Write;
 use std::sync::Arc;
@@ -143,6 +144,12 @@ async fn main() {
         .filter_map(|p| p.split_once(':'))
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
+    let waits: Vec<(String, String)> = env("BOXCAR_WAITS")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|p| p.split_once(':'))
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
     let handler: Arc<dyn Handler> = Arc::new(LogHandler { log, mode });
     for t in job_type.split(',') {
         let settings = HandlerSettings {
@@ -150,6 +157,11 @@ async fn main() {
             timeout: Duration::from_secs(120),
             serialize_by_scope: env("BOXCAR_SERIALIZE_BY_SCOPE").is_some(),
             not_while_running: nwr
+                .iter()
+                .filter(|(a, _)| a == t)
+                .map(|(_, b)| b.clone())
+                .collect(),
+            waits_for: waits
                 .iter()
                 .filter(|(a, _)| a == t)
                 .map(|(_, b)| b.clone())

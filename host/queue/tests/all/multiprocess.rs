@@ -426,6 +426,46 @@ async fn not_while_running_across_processes(backend: Backend) {
     fx.finish().await;
 }
 
+async fn waits_for_across_processes(backend: Backend) {
+    let Some(fx) = Fixture::new(backend).await else {
+        return;
+    };
+    let jobs = (0..90)
+        .map(|i| NewJob::new(if i % 3 == 0 { "rollup" } else { "ingest" }, &json!({})))
+        .collect();
+    let envs = [
+        ("BOXCAR_TYPE", "rollup,ingest"),
+        ("BOXCAR_CONCURRENCY", "4"),
+        ("BOXCAR_POLL_MS", "50"),
+        ("BOXCAR_MODE", "sleep:5"),
+        ("BOXCAR_WAITS", "rollup:ingest"),
+    ];
+    let spans = run_guarded(&fx, jobs, &envs).await;
+    let last_ingest_end = spans
+        .iter()
+        .filter(|s| s.0 == "ingest")
+        .map(|s| s.2)
+        .max()
+        .unwrap();
+    for r in spans.iter().filter(|s| s.0 == "rollup") {
+        assert!(
+            r.1 >= last_ingest_end,
+            "rollup {r:?} started while ingest work (due since the start) was outstanding"
+        );
+    }
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_waits_for_holds_across_three_processes() {
+    waits_for_across_processes(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_waits_for_holds_across_three_processes() {
+    waits_for_across_processes(Backend::Postgres).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_pool_guard_holds_across_three_processes() {
     pool_guard_across_processes(Backend::Sqlite).await;

@@ -107,10 +107,34 @@ impl Fixture {
     }
 
     /// Drops the Postgres schema.
-    pub async fn finish(self) {
-        if let Some(pg) = &self.pg {
+    pub async fn finish(mut self) {
+        if let Some(pg) = self.pg.take() {
             pg.drop_schema().await.expect("drop schema");
         }
+    }
+}
+
+impl Drop for Fixture {
+    /// A test that panicked before `finish` still drops its schema (on a
+    /// helper thread with its own runtime, since `Drop` cannot await).
+    fn drop(&mut self) {
+        let Some(pg) = self.pg.take() else { return };
+        let schema = pg.schema().to_string();
+        let Some(url) = database_url() else { return };
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .ok()?;
+            rt.block_on(async {
+                let pool = sqlx::PgPool::connect(&url).await.ok()?;
+                sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                    .execute(&pool)
+                    .await
+                    .ok()
+            })
+        })
+        .join();
     }
 }
 
