@@ -21,12 +21,20 @@ pub fn cache_dir() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("sandbox-cache")
 }
 
+/// Where the shared sandbox creates per-job scratch directories (one per
+/// test-binary process, so runs do not see each other's).
+pub fn scratch_dir() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("sandbox-scratch-{}", std::process::id()))
+}
+
 /// The sandbox shared by all tests.
 pub fn sandbox() -> &'static Sandbox {
     static SANDBOX: OnceLock<Sandbox> = OnceLock::new();
     SANDBOX.get_or_init(|| {
         Sandbox::new(SandboxConfig {
             cache_dir: Some(cache_dir()),
+            scratch_dir: Some(scratch_dir()),
             ..SandboxConfig::default()
         })
         .expect("sandbox builds")
