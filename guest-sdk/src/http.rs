@@ -368,6 +368,12 @@ fn send_once(
                 Err(StreamError::LastOperationFailed(e)) => {
                     return Err(match wasip2::http::types::http_error_code(&e) {
                         Some(code) => HttpError::from_code(&code, &url.text()),
+                        // wasmtime-wasi-http 48 reports body errors of its
+                        // own error type, which `http-error-code` cannot
+                        // map; recognise the host's body cap by its text.
+                        None if e.to_debug_string().contains("body size") => {
+                            HttpError::BodyTooLarge
+                        }
                         None => HttpError::Failed(e.to_debug_string()),
                     });
                 }

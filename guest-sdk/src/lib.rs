@@ -105,6 +105,44 @@ pub use host::{
 };
 pub use job::{Job, Scope};
 
+/// Typed job declarations shared with Rust producers (crate `boxcar-jobs`).
+pub use boxcar_jobs::{declare_job, JobType};
+
+/// Exports `handler` as the handler of the declared job type `J` (a
+/// [`JobType`], usually from a crate shared with the producers).
+///
+/// `handler` is a function `fn(Job<J::Payload>) -> Result<J::Output, Error>`:
+/// the compiler holds the guest to the declaration's payload and result
+/// types. A job of another type than `J::NAME` fails terminally with code
+/// `wrong-job-type` (check the manifest's `job_type`).
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// #[derive(Serialize, Deserialize)]
+/// pub struct Add { a: i64, b: i64 }
+/// boxcar_guest::declare_job! { pub Sum = "math.sum", payload: Add, output: i64 }
+///
+/// fn sum(job: boxcar_guest::Job<Add>) -> Result<i64, boxcar_guest::Error> {
+///     Ok(job.payload.a + job.payload.b)
+/// }
+/// boxcar_guest::typed_handler!(Sum, sum);
+/// # fn main() {}
+/// ```
+#[macro_export]
+macro_rules! typed_handler {
+    ($job:ty, $handler:path) => {
+        const _: () = {
+            fn __boxcar_typed(
+                job: $crate::Job<<$job as $crate::JobType>::Payload>,
+            ) -> ::core::result::Result<<$job as $crate::JobType>::Output, $crate::Error> {
+                $crate::__private::check_type::<$job, _>(&job)?;
+                $handler(job)
+            }
+            $crate::handler!(__boxcar_typed);
+        };
+    };
+}
+
 /// Exports `handler` as this component's job handler.
 ///
 /// `handler` is a function `fn(Job<P>) -> Result<R, Error>` where `P:
@@ -145,7 +183,22 @@ pub mod __private {
     use serde::{de::DeserializeOwned, Serialize};
 
     use crate::bindings::boxcar::handler::types as wit;
-    use crate::{terminal, Error, Job};
+    use crate::{terminal, Error, Job, JobType};
+
+    /// Refuses a job whose type is not the declaration's.
+    pub fn check_type<J: JobType, P>(job: &Job<P>) -> Result<(), Error> {
+        if job.job_type == J::NAME {
+            Ok(())
+        } else {
+            Err(terminal(format!(
+                "this handler is declared for job type `{}`, not `{}`; fix the manifest's job_type",
+                J::NAME,
+                job.job_type
+            ))
+            .code("wrong-job-type")
+            .into())
+        }
+    }
 
     /// Decodes the payload, calls the handler, encodes its answer.
     pub fn run<P, R, F>(job: wit::Job, handler: F) -> Result<Option<String>, wit::JobError>

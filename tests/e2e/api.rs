@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::harness::{describe, Env};
 
 /// A minimal HTTP/1.1 request; returns (status, JSON body).
-fn http(
+pub(crate) fn http(
     address: &str,
     method: &str,
     path: &str,

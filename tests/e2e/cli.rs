@@ -163,3 +163,25 @@ fn examples_export_writes_droppable_pairs() {
         assert!(out.join(format!("{name}.toml")).is_file(), "{name}.toml");
     }
 }
+
+#[test]
+fn payload_schema_is_checked_at_enqueue_and_names_the_pointer_not_the_value() {
+    let env = Env::sqlite();
+    std::fs::write(env.path("boxcar.toml"), "handlers = \"handlers\"\nhandled_elsewhere = [\"article\"]\n").expect("config");
+    std::fs::write(
+        env.handlers().join("article.schema.json"),
+        r#"{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}"#,
+    )
+    .expect("schema");
+    env.deploy(
+        "article",
+        "echo",
+        "[handler]\njob_type = \"article\"\npayload_schema = \"article.schema.json\"\n",
+    );
+    let output = env.run(&["enqueue", "article", r#"{"url": 987654321}"#]);
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/url"), "names the pointer: {stderr}");
+    assert!(!stderr.contains("987654321"), "never the value: {stderr}");
+    env.ok(&["enqueue", "article", r#"{"url": "https://example.com"}"#]);
+}

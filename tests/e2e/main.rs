@@ -8,3 +8,5 @@ mod api;
 mod cli;
 mod deploy;
 mod fleet;
+mod results;
+mod schedules;

@@ -45,6 +45,8 @@ pub enum Command {
     Prune(PruneArgs),
     /// Deployed handler types, their digests and the latest rejections.
     Handlers,
+    /// Recurring schedules with their next run times.
+    Schedules(SchedulesArgs),
     /// Validate a module + manifest (or a configuration) without deploying.
     Check(CheckArgs),
     /// Create or upgrade the database tables.
@@ -58,6 +60,16 @@ pub enum Command {
     Demo(DemoArgs),
     /// Measure throughput and pickup latency through the real dispatcher.
     Bench(BenchArgs),
+}
+
+/// `boxcar schedules`.
+#[derive(Args, Debug)]
+pub struct SchedulesArgs {
+    /// First store the configuration's `[[schedules]]` (create, update in
+    /// place, remove this owner's undeclared ones), as a serving host does
+    /// at start.
+    #[arg(long)]
+    pub reconcile: bool,
 }
 
 /// `boxcar serve`.

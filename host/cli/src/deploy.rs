@@ -165,6 +165,25 @@ pub struct DeployedPair {
     pub timeout_ms: u128,
     /// Granted: types it may enqueue.
     pub may_enqueue: Vec<String>,
+    /// Granted: origins outbound HTTP may reach (`scheme://host:port`).
+    pub http: Vec<String>,
+    /// Granted: preopened directories.
+    pub dirs: Vec<DeployedDir>,
+    /// Granted: size cap of the per-job scratch `/tmp`, in bytes.
+    pub scratch: Option<u64>,
+    /// Granted: environment variable names (values are never shown).
+    pub env: Vec<String>,
+}
+
+/// A granted directory as shown by `boxcar handlers` and the API.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeployedDir {
+    /// Host path.
+    pub host: String,
+    /// Path in the guest.
+    pub guest: String,
+    /// `ro` or `rw`.
+    pub mode: &'static str,
 }
 
 /// The last refusal of a file on this host.
@@ -402,6 +421,24 @@ impl Deployer {
             concurrency: manifest.concurrency,
             timeout_ms: manifest.timeout.as_millis(),
             may_enqueue: manifest.capabilities.may_enqueue.clone(),
+            http: manifest
+                .capabilities
+                .http
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            dirs: manifest
+                .capabilities
+                .dirs
+                .iter()
+                .map(|d| DeployedDir {
+                    host: d.host.display().to_string(),
+                    guest: d.guest.clone(),
+                    mode: d.mode.as_str(),
+                })
+                .collect(),
+            scratch: manifest.capabilities.scratch,
+            env: manifest.capabilities.env.keys().cloned().collect(),
         })
     }
 

@@ -10,11 +10,13 @@
 //! widen its own limits or capabilities.
 
 use std::{
-    collections::BTreeSet,
+    collections::{BTreeMap, BTreeSet},
+    fmt,
     path::{Path, PathBuf},
     time::Duration,
 };
 
+use boxcar_sandbox::{DirGrant, DirMode, HttpOrigin, SandboxError};
 use serde::Deserialize;
 
 use crate::units::{ByteSize, HumanDuration};
@@ -33,6 +35,8 @@ pub const DEFAULT_MAX_LOG: u64 = 1024 * 1024;
 pub const DEFAULT_MAX_PROGRESS: u64 = 64 * 1024;
 /// Default bound on enqueue calls per job.
 pub const DEFAULT_MAX_ENQUEUES: u32 = 100;
+/// Default bound on one outbound HTTP response body.
+pub const DEFAULT_MAX_HTTP_BODY: u64 = 4 * 1024 * 1024;
 
 /// A manifest that failed to parse or validate.
 #[derive(Debug, thiserror::Error)]
@@ -101,6 +105,7 @@ struct RawLimits {
     max_log: Option<ByteSize>,
     max_progress: Option<ByteSize>,
     max_enqueues: Option<i64>,
+    max_http_body: Option<ByteSize>,
 }
 
 #[derive(Deserialize, Default)]
@@ -108,6 +113,21 @@ struct RawLimits {
 struct RawCapabilities {
     #[serde(default)]
     may_enqueue: Vec<String>,
+    #[serde(default)]
+    http: Vec<String>,
+    #[serde(default)]
+    dirs: Vec<RawDir>,
+    scratch: Option<ByteSize>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDir {
+    host: PathBuf,
+    guest: String,
+    mode: Option<String>,
 }
 
 /// Per-job sandbox limits from `[limits]`.
@@ -125,13 +145,36 @@ pub struct Limits {
     pub max_progress: u64,
     /// Most enqueue calls per job.
     pub max_enqueues: u32,
+    /// Largest outbound HTTP response body in bytes.
+    pub max_http_body: u64,
 }
 
-/// What the operator grants the module, from `[capabilities]`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// What the operator grants the module, from `[capabilities]`. `Debug`
+/// shows env variable names only: values may be secrets.
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Capabilities {
     /// Job types the guest may enqueue.
     pub may_enqueue: Vec<String>,
+    /// Origins outbound HTTP may reach.
+    pub http: Vec<HttpOrigin>,
+    /// Preopened host directories (existence is checked at load).
+    pub dirs: Vec<DirGrant>,
+    /// Size cap of the per-job scratch `/tmp`, if granted.
+    pub scratch: Option<u64>,
+    /// The guest's whole environment.
+    pub env: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for Capabilities {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Capabilities")
+            .field("may_enqueue", &self.may_enqueue)
+            .field("http", &self.http)
+            .field("dirs", &self.dirs)
+            .field("scratch", &self.scratch)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
 }
 
 /// A validated manifest.
@@ -280,7 +323,13 @@ impl Manifest {
                 .map_or(DEFAULT_MAX_ENQUEUES, |n| {
                     u32::try_from(n).unwrap_or(u32::MAX)
                 }),
+            max_http_body: limits.max_http_body.map_or(DEFAULT_MAX_HTTP_BODY, |b| b.0),
         };
+        if limits.max_http_body == 0 {
+            return Err(invalid(
+                "limits.max_http_body must be positive, e.g. \"4MiB\"".into(),
+            ));
+        }
         if limits.memory < 1024 * 1024 {
             return Err(invalid(
                 "limits.memory must be at least 1MiB; a component needs memory to start".into(),
@@ -290,6 +339,7 @@ impl Manifest {
         for name in &raw.capabilities.may_enqueue {
             check_name("capabilities.may_enqueue", name).map_err(invalid)?;
         }
+        let capabilities = capabilities(raw.capabilities).map_err(invalid)?;
 
         Ok(Self {
             path: path.to_path_buf(),
@@ -304,11 +354,59 @@ impl Manifest {
             payload_schema,
             sha256,
             limits,
-            capabilities: Capabilities {
-                may_enqueue: raw.capabilities.may_enqueue,
-            },
+            capabilities,
         })
     }
+}
+
+/// Parses and checks `[capabilities]` (directory existence is left to load
+/// time: a directory may be mounted after the manifest is written).
+fn capabilities(raw: RawCapabilities) -> Result<Capabilities, String> {
+    let http = raw
+        .http
+        .iter()
+        .map(|o| HttpOrigin::parse(o).map_err(|e| format!("capabilities.http: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let dirs = raw
+        .dirs
+        .into_iter()
+        .map(|d| {
+            let mode = match d.mode.as_deref() {
+                None | Some("ro") => DirMode::ReadOnly,
+                Some("rw") => DirMode::ReadWrite,
+                Some(other) => {
+                    return Err(format!(
+                        "capabilities.dirs: mode `{}` for {} must be \"ro\" or \"rw\"",
+                        other.escape_debug(),
+                        d.guest.escape_debug()
+                    ))
+                }
+            };
+            Ok(DirGrant {
+                host: d.host,
+                guest: d.guest,
+                mode,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let caps = Capabilities {
+        may_enqueue: raw.may_enqueue,
+        http,
+        dirs,
+        scratch: raw.scratch.map(|b| b.0),
+        env: raw.env,
+    };
+    let form = boxcar_sandbox::Capabilities {
+        dirs: caps.dirs.clone(),
+        scratch: caps.scratch,
+        env: caps.env.clone(),
+        ..boxcar_sandbox::Capabilities::default()
+    };
+    form.validate_form().map_err(|e| match e {
+        SandboxError::Capabilities(m) => format!("capabilities.{m}"),
+        other => other.to_string(),
+    })?;
+    Ok(caps)
 }
 
 fn check_name(key: &str, name: &str) -> Result<(), String> {
@@ -465,6 +563,101 @@ mod tests {
             let error = parse(text).unwrap_err().to_string();
             assert!(error.contains(key), "{text:?} gave {error}");
         }
+    }
+
+    #[test]
+    fn capabilities_parse() {
+        let manifest = parse(
+            r#"
+            [handler]
+            job_type = "a"
+            [limits]
+            max_http_body = "1MiB"
+            [capabilities]
+            http = ["https://api.example.com", "http://127.0.0.1:8089", "https://*.example.org"]
+            dirs = [
+                { host = "/srv/media", guest = "/media", mode = "ro" },
+                { host = "/srv/out", guest = "/out", mode = "rw" },
+                { host = "/srv/default", guest = "/default" },
+            ]
+            scratch = "64MiB"
+            env = { API_BASE = "https://api.example.com", TOKEN = "hunter2" }
+            may_enqueue = ["article.audio"]
+            "#,
+        )
+        .expect("valid");
+        let caps = &manifest.capabilities;
+        let http: Vec<String> = caps.http.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            http,
+            vec![
+                "https://api.example.com:443",
+                "http://127.0.0.1:8089",
+                "https://*.example.org:443"
+            ]
+        );
+        assert_eq!(caps.dirs.len(), 3);
+        assert_eq!(caps.dirs[0].guest, "/media");
+        assert_eq!(caps.dirs[0].mode, DirMode::ReadOnly);
+        assert_eq!(caps.dirs[1].mode, DirMode::ReadWrite);
+        assert_eq!(caps.dirs[2].mode, DirMode::ReadOnly);
+        assert_eq!(caps.scratch, Some(64 * 1024 * 1024));
+        assert_eq!(caps.env["TOKEN"], "hunter2");
+        assert_eq!(manifest.limits.max_http_body, 1024 * 1024);
+        let shown = format!("{manifest:?}");
+        assert!(shown.contains("TOKEN") && !shown.contains("hunter2"), "{shown}");
+        // Directories need not exist yet: that is checked at load.
+        assert_eq!(caps.dirs[0].host, Path::new("/srv/media"));
+    }
+
+    #[test]
+    fn bad_capabilities_are_refused_with_the_key() {
+        let caps = |body: &str| format!("[handler]\njob_type = \"a\"\n[capabilities]\n{body}\n");
+        for (body, expect) in [
+            (r#"http = ["api.example.com"]"#, "capabilities.http"),
+            (r#"http = ["ftp://x"]"#, "capabilities.http"),
+            (r#"http = ["https://x/path"]"#, "capabilities.http"),
+            (r#"http = ["https://x:0"]"#, "capabilities.http"),
+            (
+                r#"dirs = [{ host = "/srv", guest = "/m", mode = "rx" }]"#,
+                "capabilities.dirs",
+            ),
+            (
+                r#"dirs = [{ host = "srv", guest = "/m" }]"#,
+                "capabilities.dirs",
+            ),
+            (
+                r#"dirs = [{ host = "/srv", guest = "m" }]"#,
+                "capabilities.dirs",
+            ),
+            (
+                r#"dirs = [{ host = "/srv", guest = "/m/../etc" }]"#,
+                "capabilities.dirs",
+            ),
+            (
+                r#"dirs = [{ host = "/a", guest = "/m" }, { host = "/b", guest = "/m" }]"#,
+                "twice",
+            ),
+            (
+                "scratch = \"1MiB\"\ndirs = [{ host = \"/a\", guest = \"/tmp\" }]",
+                "twice",
+            ),
+            (
+                r#"dirs = [{ host = "/a", guest = "/m", extra = 1 }]"#,
+                "extra",
+            ),
+            ("scratch = \"0\"", "capabilities.scratch"),
+            (r#"env = { "A=B" = "x" }"#, "capabilities.env"),
+            ("network = true", "network"),
+        ] {
+            let error = parse(&caps(body)).unwrap_err().to_string();
+            assert!(error.contains(expect), "{body:?} gave {error}");
+            assert!(error.contains("handlers/x.toml"), "{error}");
+        }
+        let error = parse("[handler]\njob_type = \"a\"\n[limits]\nmax_http_body = \"0\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("limits.max_http_body"), "{error}");
     }
 
     #[test]

@@ -19,14 +19,20 @@ pub fn limits(manifest: &Manifest) -> HandlerLimits {
             .max_log_line
             .min(to_usize(manifest.limits.max_log).max(1)),
         max_enqueues: manifest.limits.max_enqueues,
+        max_http_body: manifest.limits.max_http_body,
         ..defaults
     }
 }
 
 /// The capabilities a manifest grants.
 pub fn capabilities(manifest: &Manifest) -> Capabilities {
+    let caps = &manifest.capabilities;
     Capabilities {
-        may_enqueue: manifest.capabilities.may_enqueue.clone(),
+        may_enqueue: caps.may_enqueue.clone(),
+        http: caps.http.clone(),
+        dirs: caps.dirs.clone(),
+        scratch: caps.scratch,
+        env: caps.env.clone(),
     }
 }
 

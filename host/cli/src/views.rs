@@ -5,7 +5,7 @@
 //! embedded as JSON values, not strings. The payload is deliberately absent:
 //! it may hold secrets (SPEC §14).
 
-use boxcar_queue::{HandlerEvent, Job, Scope};
+use boxcar_queue::{schedule::ScheduleRecord, HandlerEvent, Job, Scope};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -19,6 +19,10 @@ pub struct JobView {
     pub attempts: u32,
     pub max_attempts: u32,
     pub last_error: Option<String>,
+    /// Machine-readable code of a terminal handler error, e.g. `content-refused`.
+    pub error_code: Option<String>,
+    /// JSON details of a terminal handler error.
+    pub error_details: Option<Value>,
     pub result: Option<Value>,
     pub progress: Option<Value>,
     pub scope: Option<Scope>,
@@ -54,6 +58,8 @@ impl From<&Job> for JobView {
             attempts: job.attempts,
             max_attempts: job.max_attempts,
             last_error: job.last_error.clone(),
+            error_code: job.error_code.clone(),
+            error_details: job.error_details.as_deref().map(json_text),
             result: job.result.as_deref().map(json_text),
             progress: job.progress.as_deref().map(json_text),
             scope: job.scope.clone(),
@@ -92,6 +98,51 @@ impl From<&HandlerEvent> for HandlerEventView {
             file: event.file.clone(),
             digest: event.digest.clone(),
             reason: event.reason.clone(),
+        }
+    }
+}
+
+/// A recurring schedule as shown to users. Its payload is left out, as a
+/// job's is.
+#[derive(Debug, Serialize)]
+pub struct ScheduleView {
+    pub id: String,
+    pub job_type: String,
+    /// The interval, e.g. `5m` (exclusive with `cron`).
+    pub every: Option<String>,
+    pub cron: Option<String>,
+    pub tz: Option<String>,
+    pub immediately: bool,
+    pub start_at: Option<String>,
+    pub end_at: Option<String>,
+    /// `None` once the schedule is past its `end_at`.
+    pub next_run_at: Option<String>,
+    pub last_run_at: Option<String>,
+    pub owner: Option<String>,
+    pub updated_at: String,
+}
+
+impl From<&ScheduleRecord> for ScheduleView {
+    fn from(s: &ScheduleRecord) -> Self {
+        let def = &s.def;
+        Self {
+            id: def.id.clone(),
+            job_type: def.job_type.clone(),
+            every: def.every_ms.map(|ms| {
+                humantime::format_duration(std::time::Duration::from_millis(
+                    u64::try_from(ms).unwrap_or(0),
+                ))
+                .to_string()
+            }),
+            cron: def.cron.clone(),
+            tz: def.tz.clone(),
+            immediately: def.immediately,
+            start_at: def.start_at.map(time),
+            end_at: def.end_at.map(time),
+            next_run_at: s.next_run_at.map(time),
+            last_run_at: s.last_run_at.map(time),
+            owner: s.owner.clone(),
+            updated_at: time(s.updated_at),
         }
     }
 }

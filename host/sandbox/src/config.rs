@@ -236,6 +236,25 @@ impl Capabilities {
     /// # Errors
     /// [`SandboxError::Capabilities`] naming the grant and what to fix.
     pub fn validate(&self) -> Result<(), SandboxError> {
+        self.validate_form()?;
+        for dir in &self.dirs {
+            if !dir.host.is_dir() {
+                return Err(SandboxError::Capabilities(format!(
+                    "dirs: host path `{}` is not an existing directory; create it or fix the path",
+                    dir.host.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The checks of [`Capabilities::validate`] that need no filesystem:
+    /// for manifests, which may name directories that appear later.
+    ///
+    /// # Errors
+    /// [`SandboxError::Capabilities`] naming the grant (`dirs: …`,
+    /// `env: …`, `scratch: …`) and what to fix.
+    pub fn validate_form(&self) -> Result<(), SandboxError> {
         let bad = |why: String| Err(SandboxError::Capabilities(why));
         let mut guest_paths = BTreeSet::new();
         if self.scratch.is_some() {
@@ -254,12 +273,6 @@ impl Capabilities {
             if !dir.host.is_absolute() {
                 return bad(format!(
                     "dirs: host path `{}` must be absolute",
-                    dir.host.display()
-                ));
-            }
-            if !dir.host.is_dir() {
-                return bad(format!(
-                    "dirs: host path `{}` is not an existing directory; create it or fix the path",
                     dir.host.display()
                 ));
             }

@@ -22,7 +22,7 @@ use axum::{
     routing::{get, post},
     Json, Router,
 };
-use boxcar_queue::{JobFilter, Queue, Registry, Scope};
+use boxcar_queue::{JobFilter, Queue, Registry, Scheduler, Scope};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -32,7 +32,7 @@ use requests::{CancelRequest, EnqueueRequest, RetryRequest};
 
 use crate::{
     deploy::Deployer,
-    views::{HandlerEventView, JobView},
+    views::{HandlerEventView, JobView, ScheduleView},
 };
 
 /// Largest accepted request body. Payloads are bounded separately (1 MiB by
@@ -68,6 +68,7 @@ pub fn router(state: AppState) -> Router {
         .route("/scopes/{scope_type}/{scope_id}/cancel", post(cancel_scope))
         .route("/counts", get(counts))
         .route("/handlers", get(handlers))
+        .route("/schedules", get(schedules))
         .route("/metrics", get(metrics_text))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
@@ -289,6 +290,11 @@ async fn handlers(State(state): State<AppState>) -> Result<Json<Value>, ApiError
         "types": state.registry.types(),
         "events": events,
     })))
+}
+
+async fn schedules(State(state): State<AppState>) -> Result<Json<Vec<ScheduleView>>, ApiError> {
+    let schedules = Scheduler::new(state.queue.clone()).list().await?;
+    Ok(Json(schedules.iter().map(ScheduleView::from).collect()))
 }
 
 async fn metrics_text(State(state): State<AppState>) -> Result<Response, ApiError> {

@@ -272,3 +272,30 @@ async fn token_is_required_when_configured() {
     let (status, _) = call_raw(&app, Method::GET, "/healthz", None, None).await;
     assert_eq!(status, StatusCode::OK, "health checks need no token");
 }
+
+#[tokio::test]
+async fn schedules_are_listed_with_their_next_run() {
+    let (app, queue) = app(None).await;
+    let schedule = boxcar_queue::schedule::ScheduleSpec {
+        id: "nightly".into(),
+        job_type: "mail".into(),
+        payload: json!({"secret": "not shown"}),
+        cron: Some("17 3 * * *".into()),
+        tz: Some("Europe/Berlin".into()),
+        ..Default::default()
+    }
+    .validate()
+    .expect("valid");
+    boxcar_queue::Scheduler::new(queue)
+        .reconcile("cfg", &[schedule])
+        .await
+        .expect("reconcile");
+    let (status, body) = call(&app, Method::GET, "/schedules", None).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body[0]["id"], "nightly");
+    assert_eq!(body[0]["cron"], "17 3 * * *");
+    assert_eq!(body[0]["tz"], "Europe/Berlin");
+    assert_eq!(body[0]["owner"], "cfg");
+    assert!(body[0]["next_run_at"].is_string(), "{body}");
+    assert!(!body.to_string().contains("not shown"), "no payload: {body}");
+}

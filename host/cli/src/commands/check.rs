@@ -51,8 +51,19 @@ pub async fn run(context: Context, args: CheckArgs) -> anyhow::Result<()> {
                     "max_log": m.limits.max_log,
                     "max_progress": m.limits.max_progress,
                     "max_enqueues": m.limits.max_enqueues,
+                    "max_http_body": m.limits.max_http_body,
                 },
-                "capabilities": {"may_enqueue": m.capabilities.may_enqueue},
+                "capabilities": {
+                    "may_enqueue": m.capabilities.may_enqueue,
+                    "http": m.capabilities.http.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "dirs": m.capabilities.dirs.iter().map(|d| json!({
+                        "host": d.host.display().to_string(),
+                        "guest": d.guest,
+                        "mode": d.mode.as_str(),
+                    })).collect::<Vec<_>>(),
+                    "scratch": m.capabilities.scratch,
+                    "env": m.capabilities.env.keys().collect::<Vec<_>>(),
+                },
             }))?
         );
         return Ok(());
@@ -72,10 +83,44 @@ pub async fn run(context: Context, args: CheckArgs) -> anyhow::Result<()> {
         m.limits.fuel.map_or("off".to_string(), |f| f.to_string()),
     );
     println!("  capabilities");
-    if m.capabilities.may_enqueue.is_empty() {
+    let caps = &m.capabilities;
+    if caps.may_enqueue.is_empty()
+        && caps.http.is_empty()
+        && caps.dirs.is_empty()
+        && caps.scratch.is_none()
+        && caps.env.is_empty()
+    {
         println!("    none: computation, logging, progress and clocks only");
-    } else {
-        println!("    may enqueue: {}", m.capabilities.may_enqueue.join(", "));
+    }
+    if !caps.may_enqueue.is_empty() {
+        println!("    may enqueue: {}", caps.may_enqueue.join(", "));
+    }
+    if !caps.http.is_empty() {
+        let origins: Vec<String> = caps.http.iter().map(ToString::to_string).collect();
+        println!(
+            "    http:        {} (responses up to {})",
+            origins.join(", "),
+            crate::units::ByteSize(m.limits.max_http_body)
+        );
+    }
+    for dir in &caps.dirs {
+        println!(
+            "    dir:         {} -> {} ({})",
+            dir.host.display(),
+            dir.guest,
+            dir.mode.as_str()
+        );
+    }
+    if let Some(cap) = caps.scratch {
+        println!(
+            "    scratch:     {} at {} (fresh per job)",
+            crate::units::ByteSize(cap),
+            boxcar_sandbox::SCRATCH_GUEST_PATH
+        );
+    }
+    if !caps.env.is_empty() {
+        let names: Vec<&str> = caps.env.keys().map(String::as_str).collect();
+        println!("    env:         {} (values not shown)", names.join(", "));
     }
     Ok(())
 }

@@ -117,6 +117,7 @@ pub async fn run(context: Context, args: EnqueueArgs) -> anyhow::Result<()> {
             id,
             status: finished.status.as_str().to_string(),
             message: finished.last_error.unwrap_or_default(),
+            code: finished.error_code,
         }
         .into());
     }

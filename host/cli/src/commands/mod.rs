@@ -7,6 +7,7 @@ mod bench;
 mod check;
 mod enqueue;
 mod examples;
+mod schedules;
 mod serve;
 
 pub use examples::write_atomically as write_module;
@@ -27,11 +28,13 @@ pub struct UsageError(pub String);
 
 /// The job waited for did not succeed: exit code 3.
 #[derive(Debug, thiserror::Error)]
-#[error("job {id} {status}: {message}")]
+#[error("job {id} {status}: {message}{}", code.as_ref().map(|c| format!(" (code {c})")).unwrap_or_default())]
 pub struct JobFailed {
     pub id: String,
     pub status: String,
     pub message: String,
+    /// The handler's machine-readable error code, when it gave one.
+    pub code: Option<String>,
 }
 
 /// A wait ran out: exit code 4.
@@ -161,6 +164,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::RetryFailed(args) => admin::retry_failed(context, args).await,
         Command::Prune(args) => admin::prune(context, args).await,
         Command::Handlers => admin::handlers(context).await,
+        Command::Schedules(args) => schedules::run(context, args).await,
         Command::Migrate => admin::migrate(context).await,
         Command::Check(args) => check::run(context, args).await,
         Command::Examples { command } => examples::run(context, command),

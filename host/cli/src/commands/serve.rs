@@ -1,12 +1,15 @@
 //! `boxcar serve`: one host process. With `--handlers DIR` it deploys the
 //! directory's handlers (and keeps watching it) and runs workers for them;
 //! without it, it serves the API and maintenance only (a producer host).
+//! A host that runs handlers also reconciles the configuration's
+//! `[[schedules]]` at start and runs the scheduler service (every host may:
+//! each tick is enqueued once fleet-wide).
 //! Stops gracefully on Ctrl-C or SIGTERM: no new claims, in-flight jobs get
 //! `shutdown_grace`, then are aborted and their leases released.
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use boxcar_queue::{open_store, Queue, Registry, Worker};
+use boxcar_queue::{open_store, Queue, Registry, Scheduler, Worker};
 use boxcar_sandbox::Sandbox;
 use tokio_util::sync::CancellationToken;
 
@@ -88,6 +91,24 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
         "boxcar host started"
     );
 
+    let scheduler = match &handlers_dir {
+        None => None,
+        Some(_) => {
+            let scheduler = Scheduler::new(queue.clone());
+            let report = scheduler
+                .reconcile(&config.schedules_owner, &config.schedules)
+                .await?;
+            tracing::info!(
+                created = ?report.created,
+                updated = ?report.updated,
+                removed = ?report.removed,
+                declared = config.schedules.len(),
+                "schedules reconciled"
+            );
+            Some(scheduler.start(config.worker.poll_interval))
+        }
+    };
+
     let api_task = if args.no_api {
         None
     } else {
@@ -115,6 +136,9 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
     shutdown_signal().await;
     tracing::info!("shutting down: no new claims; in-flight jobs get the shutdown grace");
     stop.cancel();
+    if let Some(scheduler) = scheduler {
+        scheduler.shutdown().await;
+    }
     worker.shutdown().await;
     if let Some(task) = api_task {
         let _ = task.await;

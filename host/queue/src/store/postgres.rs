@@ -10,6 +10,8 @@
 //! - Inserts notify `<schema>_jobs_inserted` and terminal transitions notify
 //!   `<schema>_jobs_finished` (triggers); a listener task relays both to
 //!   [`JobStore::subscribe`].
+//! - Migrations of one schema run behind a session advisory lock keyed on
+//!   the schema, so processes starting together apply each version once.
 
 mod guarded;
 
@@ -300,6 +302,30 @@ async fn insert_all(
         .collect()
 }
 
+/// Applies the migrations to `schema` on `conn`, holding a session advisory
+/// lock keyed on the schema name for the whole run.
+async fn migrate_schema(conn: &mut PgConnection, schema: &str) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_advisory_lock(hashtext('boxcar.migrate'), hashtext($1))")
+        .bind(schema)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(&format!("SET search_path TO {schema}"))
+        .execute(&mut *conn)
+        .await?;
+    sqlx::migrate!("../../migrations/postgres")
+        .run_direct(&mut *conn)
+        .await?;
+    sqlx::query("RESET search_path").execute(&mut *conn).await?;
+    sqlx::query("SELECT pg_advisory_unlock(hashtext('boxcar.migrate'), hashtext($1))")
+        .bind(schema)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
 impl PostgresStore {
     /// Connects to `url` using tables in `schema` (created by `migrate`).
     /// Starts the LISTEN task that relays wake-ups.
@@ -449,19 +475,19 @@ impl JobStore for PostgresStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
+        // sqlx's migrator takes an advisory lock per database, but only after
+        // our `CREATE SCHEMA IF NOT EXISTS`, which is not safe against a
+        // concurrent twin (it can fail on pg_namespace's unique index); and
+        // it does not release its lock when a migration fails. So: one
+        // session lock per schema around everything, and a connection that
+        // saw an error is closed rather than returned (dropping any lock it
+        // still holds).
         let mut conn = self.pool.acquire().await?;
-        sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {}", self.schema))
-            .execute(&mut *conn)
-            .await?;
-        sqlx::query(&format!("SET search_path TO {}", self.schema))
-            .execute(&mut *conn)
-            .await?;
-        let res = sqlx::migrate!("../../migrations/postgres")
-            .run_direct(&mut *conn)
-            .await;
-        sqlx::query("RESET search_path").execute(&mut *conn).await?;
-        res?;
-        Ok(())
+        let res = migrate_schema(&mut conn, &self.schema).await;
+        if res.is_err() {
+            conn.close().await.ok();
+        }
+        res
     }
 
     async fn now(&self) -> Result<DateTime<Utc>, StoreError> {

@@ -10,6 +10,8 @@
 //!   `BEGIN IMMEDIATE` transactions, so a deferred reader never fails to
 //!   upgrade.
 //! - Id lists are bound as one JSON array and expanded with `json_each`.
+//! - Migrations run inside one `BEGIN IMMEDIATE` transaction, so processes
+//!   migrating one file at the same moment apply each version once.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -263,9 +265,19 @@ impl JobStore for SqliteStore {
     }
 
     async fn migrate(&self) -> Result<(), StoreError> {
+        // SQLite has no advisory lock and sqlx's migrator takes none, so two
+        // processes migrating a new file would both apply version 1 and one
+        // would fail on `_sqlx_migrations`. The whole run happens inside one
+        // `BEGIN IMMEDIATE` transaction instead (each migration becomes a
+        // savepoint): the write lock is held from before the applied list is
+        // read until the last migration commits, and a second process waits
+        // through the busy timeout, then finds everything applied.
+        let _w = self.write.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         sqlx::migrate!("../../migrations/sqlite")
-            .run(&self.pool)
+            .run_direct(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(())
     }
 

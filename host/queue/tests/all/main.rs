@@ -4,5 +4,7 @@
 mod admin;
 mod conformance;
 mod engine;
+mod fairness;
+mod migrate;
 mod multiprocess;
 mod support;

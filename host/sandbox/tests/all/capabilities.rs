@@ -4,7 +4,6 @@
 
 use std::{
     collections::BTreeMap,
-    io::Write as _,
     net::SocketAddr,
     path::Path,
     sync::{
@@ -141,7 +140,7 @@ struct LogWriter(Arc<Mutex<Vec<u8>>>);
 
 impl std::io::Write for LogWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("lock").write(buf)
+        std::io::Write::write(&mut *self.0.lock().expect("lock"), buf)
     }
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())

@@ -142,6 +142,7 @@ async fn enqueue_flood_is_cut_off_at_max_enqueues() {
         },
         Capabilities {
             may_enqueue: vec!["noop".into()],
+            ..Capabilities::default()
         },
     );
     let (ctx, recorder) = new_ctx();

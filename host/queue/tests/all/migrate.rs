@@ -1,0 +1,59 @@
+//! Concurrent migrations: several processes starting at the same moment on
+//! one new database must all come up (each store instance below has its own
+//! connections, as a separate process would).
+
+use std::time::Duration;
+
+use boxcar_queue::connect;
+
+use crate::support::database_url;
+
+/// Store instances migrating at once.
+const N: usize = 8;
+/// Fresh databases per test (the race is timing-dependent).
+const ROUNDS: usize = 4;
+
+async fn connect_all(url: &str) {
+    let tasks: Vec<_> = (0..N)
+        .map(|_| {
+            let url = url.to_string();
+            tokio::spawn(async move { connect(&url).await.map(|s| s.backend()) })
+        })
+        .collect();
+    for (i, t) in tasks.into_iter().enumerate() {
+        let res = tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("connect did not finish in 60 s")
+            .expect("connect task");
+        if let Err(e) = res {
+            panic!("connect {i} of {N} failed: {e}");
+        }
+    }
+    let store = connect(url).await.expect("connect after the race");
+    assert_eq!(store.count_by_status().await.expect("count").pending, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_connects_on_a_new_sqlite_file_all_succeed() {
+    for _ in 0..ROUNDS {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let url = format!("sqlite://{}", dir.path().join("new.db").display());
+        connect_all(&url).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_connects_on_a_new_postgres_schema_all_succeed() {
+    let Some(base) = database_url() else { return };
+    let sep = if base.contains('?') { '&' } else { '?' };
+    for _ in 0..ROUNDS {
+        let schema = format!("t_{}", uuid::Uuid::new_v4().simple());
+        let url = format!("{base}{sep}schema={schema}");
+        connect_all(&url).await;
+        let pool = sqlx::PgPool::connect(&base).await.expect("pg");
+        sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .execute(&pool)
+            .await
+            .expect("drop schema");
+    }
+}
