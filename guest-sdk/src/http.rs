@@ -130,8 +130,9 @@ impl Response {
     /// # Errors
     /// [`HttpError::Failed`] when the body is not JSON of type `T`.
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T, HttpError> {
-        serde_json::from_slice(&self.body)
-            .map_err(|e| HttpError::Failed(format!("the response body is not the expected JSON: {e}")))
+        serde_json::from_slice(&self.body).map_err(|e| {
+            HttpError::Failed(format!("the response body is not the expected JSON: {e}"))
+        })
     }
 }
 
@@ -157,7 +158,11 @@ pub fn get(url: &str) -> Result<Response, HttpError> {
 ///
 /// # Errors
 /// See [`HttpError`].
-pub fn post(url: &str, content_type: &str, body: impl Into<Vec<u8>>) -> Result<Response, HttpError> {
+pub fn post(
+    url: &str,
+    content_type: &str,
+    body: impl Into<Vec<u8>>,
+) -> Result<Response, HttpError> {
     Request::new("POST", url)
         .header("content-type", content_type)
         .body(body)
@@ -323,7 +328,11 @@ fn send_once(
     request
         .set_method(&method)
         .map_err(|()| failed("invalid method"))?;
-    let scheme = if url.https { Scheme::Https } else { Scheme::Http };
+    let scheme = if url.https {
+        Scheme::Https
+    } else {
+        Scheme::Http
+    };
     request
         .set_scheme(Some(&scheme))
         .map_err(|()| failed("invalid scheme"))?;
@@ -412,8 +421,14 @@ mod tests {
         let u = Url::parse("http://127.0.0.1:8089/a/b?x=1#frag").expect("parses");
         assert_eq!(u.authority, "127.0.0.1:8089");
         assert_eq!(u.path_query, "/a/b?x=1");
-        assert_eq!(u.join("/c").expect("joins").text(), "http://127.0.0.1:8089/c");
-        assert_eq!(u.join("d").expect("joins").text(), "http://127.0.0.1:8089/a/d");
+        assert_eq!(
+            u.join("/c").expect("joins").text(),
+            "http://127.0.0.1:8089/c"
+        );
+        assert_eq!(
+            u.join("d").expect("joins").text(),
+            "http://127.0.0.1:8089/a/d"
+        );
         assert_eq!(
             u.join("https://other.example/").expect("joins").text(),
             "https://other.example/"

@@ -8,5 +8,6 @@ mod api;
 mod cli;
 mod deploy;
 mod fleet;
+mod pools;
 mod results;
 mod schedules;

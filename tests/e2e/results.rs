@@ -60,7 +60,10 @@ fn a_typed_declaration_serves_producer_and_guest() {
             })
             .await
             .expect("enqueue");
-        let outcome: ReviewOutcome = queue.wait_typed::<Review>(&added.id, wait).await.expect("result");
+        let outcome: ReviewOutcome = queue
+            .wait_typed::<Review>(&added.id, wait)
+            .await
+            .expect("result");
         assert_eq!(
             outcome,
             ReviewOutcome {
@@ -127,7 +130,10 @@ fn error_code_and_details_reach_cli_and_http_waiters() {
         describe(&human)
     );
 
-    let id = env.ok(&["enqueue", "typed-review", &payload]).trim().to_string();
+    let id = env
+        .ok(&["enqueue", "typed-review", &payload])
+        .trim()
+        .to_string();
     let (status, body) = http(
         &serve.listen,
         "GET",
@@ -188,11 +194,15 @@ fn progress_is_visible_from_cli_and_api_while_the_job_runs() {
         .ok(&["enqueue", "progress", r#"{"steps": 40, "step_ms": 250}"#])
         .trim()
         .to_string();
-    let seen = eventually(Duration::from_secs(20), "progress past step 2 (CLI)", || {
-        let job = env.json(&["job", &id]);
-        (job["status"] == "running" && job["progress"]["done"].as_u64() >= Some(2))
-            .then_some(job)
-    });
+    let seen = eventually(
+        Duration::from_secs(20),
+        "progress past step 2 (CLI)",
+        || {
+            let job = env.json(&["job", &id]);
+            (job["status"] == "running" && job["progress"]["done"].as_u64() >= Some(2))
+                .then_some(job)
+        },
+    );
     assert_eq!(seen["progress"]["of"], 40, "{seen}");
     let later = eventually(Duration::from_secs(20), "progress to advance (API)", || {
         let (status, job) = http(&serve.listen, "GET", &format!("/jobs/{id}"), None, None);

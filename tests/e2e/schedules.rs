@@ -66,6 +66,11 @@ fn three_hosts_one_job_per_tick(env: &Env) {
     drop(hosts);
     let all = ticks(env);
     let window: Vec<_> = all.iter().filter(|t| **t >= from && **t < to).collect();
+    eprintln!(
+        "three hosts: {} jobs due in the 10 s window, {} in all, no tick twice",
+        window.len(),
+        all.len()
+    );
     assert!(
         (9..=11).contains(&window.len()),
         "{} jobs in 10 s, expected 9..=11: {all:?}",
@@ -176,11 +181,18 @@ fn edits_update_in_place_and_removal_deletes(env: &Env) {
         "04:45 in Berlin is 02:45 or 03:45 UTC, got {utc}"
     );
     let table = env.ok(&["schedules"]);
-    assert!(table.contains("nightly") && table.contains("cron 45 4 * * * (Europe/Berlin)"), "{table}");
+    assert!(
+        table.contains("nightly") && table.contains("cron 45 4 * * * (Europe/Berlin)"),
+        "{table}"
+    );
 
     schedule_config(env, None);
     let removed = env.json(&["schedules", "--reconcile"]);
-    assert_eq!(removed, serde_json::json!([]), "removed from the config, deleted");
+    assert_eq!(
+        removed,
+        serde_json::json!([]),
+        "removed from the config, deleted"
+    );
 }
 
 #[test]
@@ -229,7 +241,10 @@ every = "5m"
         "bad-zone: `tz` `Mars/Olympus` is not an IANA time zone name",
         "bad-zone: declared more than once; schedule ids must be unique",
     ] {
-        assert!(stderr.contains(expected), "missing {expected:?} in:\n{stderr}");
+        assert!(
+            stderr.contains(expected),
+            "missing {expected:?} in:\n{stderr}"
+        );
     }
 }
 

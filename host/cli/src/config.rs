@@ -430,9 +430,7 @@ fn parse_instant(value: &toml::Value) -> Result<chrono::DateTime<chrono::Utc>, S
     };
     chrono::DateTime::parse_from_rfc3339(&text)
         .map(|t| t.with_timezone(&chrono::Utc))
-        .map_err(|_| {
-            format!("`{text}` is not a date-time with offset, e.g. 2026-01-01T00:00:00Z")
-        })
+        .map_err(|_| format!("`{text}` is not a date-time with offset, e.g. 2026-01-01T00:00:00Z"))
 }
 
 fn resolve_pool(name: String, raw: RawPool) -> Result<PoolConfig, String> {
@@ -596,9 +594,10 @@ mod tests {
         ] {
             assert!(error.contains(expected), "{error}");
         }
-        let error = parse("[[schedules]]\nid = \"x\"\njob_type = \"a\"\nevery = \"1s\"\nevry = 1\n")
-            .unwrap_err()
-            .to_string();
+        let error =
+            parse("[[schedules]]\nid = \"x\"\njob_type = \"a\"\nevery = \"1s\"\nevry = 1\n")
+                .unwrap_err()
+                .to_string();
         assert!(error.contains("evry"), "{error}");
     }
 

@@ -605,7 +605,10 @@ mod tests {
         assert_eq!(caps.env["TOKEN"], "hunter2");
         assert_eq!(manifest.limits.max_http_body, 1024 * 1024);
         let shown = format!("{manifest:?}");
-        assert!(shown.contains("TOKEN") && !shown.contains("hunter2"), "{shown}");
+        assert!(
+            shown.contains("TOKEN") && !shown.contains("hunter2"),
+            "{shown}"
+        );
         // Directories need not exist yet: that is checked at load.
         assert_eq!(caps.dirs[0].host, Path::new("/srv/media"));
     }

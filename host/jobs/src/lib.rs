@@ -133,6 +133,9 @@ mod tests {
         );
         assert_eq!(decode_output::<Fire>(None), Ok(()));
         let wrong = decode_output::<Double>(Some(r#"{"tripled":6}"#)).unwrap_err();
-        assert!(wrong.starts_with("the result of `math.double` does not match"), "{wrong}");
+        assert!(
+            wrong.starts_with("the result of `math.double` does not match"),
+            "{wrong}"
+        );
     }
 }

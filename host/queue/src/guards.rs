@@ -5,8 +5,10 @@
 //! `lease_expires_at > now`) and, for `waits_for`, due pending rows; guard
 //! rows are locked in sorted key order ([`ClaimGuards::keys`]) so claims
 //! needing several guards cannot deadlock. An empty [`ClaimGuards`] is the
-//! unguarded fast path.
+//! unguarded fast path. A [`PoolStatus`] is a read-only snapshot taken
+//! without guard locks: it informs, it never admits.
 
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// A shared resource pool as seen by one claiming type.
@@ -24,6 +26,46 @@ pub struct PoolGuard {
     pub cost: u32,
     /// Budget one start of the claiming type spends.
     pub rate_cost: u32,
+}
+
+/// A pool's use right now (SPEC §5 visibility), as [`crate::JobStore::pool_status`]
+/// reads it: occupancy derived from live leases, spend from the pool's
+/// guard row in its fixed one-minute window.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolStatus {
+    /// Pool name.
+    pub name: String,
+    /// Summed cost of member jobs holding live leases.
+    pub occupied: u64,
+    /// Declared slots; `None` = unbounded.
+    pub concurrency: Option<u32>,
+    /// Budget spent in the open window (0 when no window is open).
+    pub spent: u64,
+    /// Declared starts per window; `None` = unbounded.
+    pub rate_per_minute: Option<u32>,
+    /// When the open window resets; `None` when no window is open.
+    pub window_resets_at: Option<DateTime<Utc>>,
+}
+
+impl PoolStatus {
+    /// Budget left in the window, `None` for a pool without a rate.
+    pub fn budget_left(&self) -> Option<u64> {
+        self.rate_per_minute
+            .map(|r| u64::from(r).saturating_sub(self.spent))
+    }
+
+    /// The status as JSON, with `budget_left` added.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "name": self.name,
+            "occupied": self.occupied,
+            "concurrency": self.concurrency,
+            "spent": self.spent,
+            "rate_per_minute": self.rate_per_minute,
+            "budget_left": self.budget_left(),
+            "window_resets_at": self.window_resets_at,
+        })
+    }
 }
 
 /// The guards one job type's claims carry.

@@ -103,6 +103,10 @@ pub struct Job {
     pub max_attempts: u32,
     /// The most recent failure (or cancel reason).
     pub last_error: Option<String>,
+    /// Machine-readable code of a terminal handler error (e.g. `content-refused`).
+    pub error_code: Option<String>,
+    /// JSON details of a terminal handler error.
+    pub error_details: Option<String>,
     /// Live-job dedupe key.
     pub dedupe_key: Option<String>,
     /// Worker holding the lease while running.

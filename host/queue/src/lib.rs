@@ -20,12 +20,13 @@ pub mod observer;
 pub mod options;
 pub mod queue;
 pub mod registry;
+pub mod schedule;
 pub mod store;
 pub mod validate;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::{Maintenance, Worker, WorkerHandle};
-pub use guards::{ClaimGuards, PoolGuard};
+pub use engine::{FiredTick, Maintenance, Scheduler, SchedulerHandle, Worker, WorkerHandle};
+pub use guards::{ClaimGuards, PoolGuard, PoolStatus};
 pub use handler::*;
 pub use job::{
     AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, NewJob, StatusCounts,

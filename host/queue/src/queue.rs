@@ -12,6 +12,7 @@ use chrono::{DateTime, Utc};
 use parking_lot::RwLock;
 use tokio::sync::Notify;
 
+use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
 use crate::inflight::{AbortReason, InFlight};
 use crate::job::{
@@ -19,7 +20,7 @@ use crate::job::{
 };
 use crate::observer::{LifecycleEvent, LifecycleObserver, LifecycleOutcome, ObserverHub};
 use crate::options::{OptionsError, QueueOptions};
-use crate::registry::Registry;
+use crate::registry::{PoolConfig, Registry};
 use crate::store::{
     CancelParams, CancelTarget, CancelledJob, InsertJob, JobStore, PruneParams, StoreError,
     StoreEvent, TxConn,
@@ -287,6 +288,38 @@ impl Queue {
     /// The store failed.
     pub async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
         self.inner.store.count_by_status().await
+    }
+
+    /// What keeps a due pending job from being claimed under `guards` (the
+    /// guards its type's handler declares and its pools), as the claim
+    /// would see it now; `None` when the job is not pending, not yet due, or
+    /// admitted.
+    ///
+    /// # Errors
+    /// The store failed.
+    pub async fn blocked_by(
+        &self,
+        job: &Job,
+        guards: &ClaimGuards,
+    ) -> Result<Option<String>, StoreError> {
+        if job.status != JobStatus::Pending || guards.is_empty() {
+            return Ok(None);
+        }
+        if job.run_at > self.inner.store.now().await? {
+            return Ok(None);
+        }
+        self.inner.store.blocked_by(job, guards).await
+    }
+
+    /// Per declared pool, in the given order: current occupancy (summed
+    /// cost of members holding live leases) and the rate budget spent in the
+    /// open window, with when it resets.
+    ///
+    /// # Errors
+    /// The store failed.
+    pub async fn pool_status(&self, pools: &[PoolConfig]) -> Result<Vec<PoolStatus>, StoreError> {
+        let guards: Vec<PoolGuard> = pools.iter().map(PoolConfig::status_guard).collect();
+        self.inner.store.pool_status(&guards).await
     }
 
     async fn cancel_target(

@@ -108,6 +108,28 @@ pub struct PoolConfig {
     pub rate_costs: BTreeMap<String, u32>,
 }
 
+impl PoolConfig {
+    /// Every member type with its slot cost (default 1).
+    pub fn member_costs(&self) -> Vec<(String, u32)> {
+        self.types
+            .iter()
+            .map(|t| (t.clone(), self.costs.get(t).copied().unwrap_or(1)))
+            .collect()
+    }
+
+    /// The pool as a guard not tied to a claiming type (for status reads).
+    pub(crate) fn status_guard(&self) -> PoolGuard {
+        PoolGuard {
+            name: self.name.clone(),
+            concurrency: self.concurrency,
+            rate_per_minute: self.rate_per_minute,
+            member_costs: self.member_costs(),
+            cost: 0,
+            rate_cost: 0,
+        }
+    }
+}
+
 /// A registration or pool declaration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
@@ -344,6 +366,11 @@ impl Registry {
         Ok(())
     }
 
+    /// The pool declarations in force.
+    pub fn pools(&self) -> Vec<PoolConfig> {
+        self.inner.read().pools.clone()
+    }
+
     /// The guards claims of `job_type` carry.
     pub fn guards_for(&self, job_type: &str) -> ClaimGuards {
         let inner = self.inner.read();
@@ -362,11 +389,7 @@ impl Registry {
                 name: p.name.clone(),
                 concurrency: p.concurrency,
                 rate_per_minute: p.rate_per_minute,
-                member_costs: p
-                    .types
-                    .iter()
-                    .map(|t| (t.clone(), p.costs.get(t).copied().unwrap_or(1)))
-                    .collect(),
+                member_costs: p.member_costs(),
                 cost: p.costs.get(job_type).copied().unwrap_or(1),
                 rate_cost: p.rate_costs.get(job_type).copied().unwrap_or(1),
             });

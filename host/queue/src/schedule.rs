@@ -173,7 +173,9 @@ impl ScheduleSpec {
             ));
         }
         let cadence = match (&self.every, &self.cron) {
-            (Some(_), Some(_)) => return Err(err("set exactly one of `every` and `cron`, not both")),
+            (Some(_), Some(_)) => {
+                return Err(err("set exactly one of `every` and `cron`, not both"))
+            }
             (None, None) => {
                 return Err(err(
                     "set exactly one of `every` (e.g. \"5m\") and `cron` (e.g. \"17 3 * * *\")",

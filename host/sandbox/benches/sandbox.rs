@@ -108,6 +108,47 @@ async fn per_job(pooling: bool, runs: usize, services: &Arc<dyn JobServices>) {
     println!("echo instantiate+call, {label}: {}", summary(times));
 }
 
+/// `echo` granted every capability: env, a read-only dir, an HTTP origin
+/// (unused) and scratch, to show what grants cost per job.
+async fn per_job_with_capabilities(runs: usize, services: &Arc<dyn JobServices>) {
+    let sb = sandbox(true, true);
+    let bytes = boxcar_examples::bytes("echo");
+    let caps = Capabilities {
+        http: vec![boxcar_sandbox::HttpOrigin::parse("http://127.0.0.1:9").expect("origin")],
+        dirs: vec![boxcar_sandbox::DirGrant {
+            host: std::env::temp_dir(),
+            guest: "/data".into(),
+            mode: boxcar_sandbox::DirMode::ReadOnly,
+        }],
+        scratch: Some(1 << 20),
+        env: [
+            ("A".to_string(), "1".to_string()),
+            ("B".to_string(), "2".to_string()),
+        ]
+        .into(),
+        ..Capabilities::default()
+    };
+    let echo = sb
+        .load(&bytes, HandlerLimits::default(), caps)
+        .expect("load");
+    let payload = r#"{"hello":"world"}"#;
+    let mut times = Vec::with_capacity(runs);
+    for i in 0..runs + 200 {
+        let j = job("echo", payload, Duration::from_secs(30));
+        let c = ctx(services);
+        let t = Instant::now();
+        let outcome = echo.run(j, c).await;
+        if i >= 200 {
+            times.push(t.elapsed());
+        }
+        assert!(matches!(outcome, Outcome::Succeeded { .. }), "{outcome:?}");
+    }
+    println!(
+        "echo + env, ro dir, http, scratch, pooling: {}",
+        summary(times)
+    );
+}
+
 async fn epoch_overhead(services: &Arc<dyn JobServices>, rounds: usize) {
     let payload = r#"{"iterations": 300000000}"#;
     let mut results = Vec::new();
@@ -172,6 +213,7 @@ fn main() {
     rt.block_on(async {
         per_job(true, n(10_000), &services).await;
         per_job(false, n(10_000), &services).await;
+        per_job_with_capabilities(n(10_000), &services).await;
         if !only_per_job {
             epoch_overhead(&services, n(5)).await;
             abort_latency(&services, n(100)).await;

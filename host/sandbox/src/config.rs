@@ -299,7 +299,11 @@ fn check_guest_path(path: &str) -> Result<(), &'static str> {
     if !path.starts_with('/') || path.len() < 2 {
         return Err("must be absolute and not `/`, e.g. `/media`");
     }
-    if path.ends_with('/') || path.split('/').skip(1).any(|c| c.is_empty() || c == "." || c == "..")
+    if path.ends_with('/')
+        || path
+            .split('/')
+            .skip(1)
+            .any(|c| c.is_empty() || c == "." || c == "..")
     {
         return Err("must be a plain absolute path without `.`, `..`, `//` or a trailing `/`");
     }

@@ -72,15 +72,18 @@ impl HttpOrigin {
         if authority.is_empty() {
             return bad("has no host");
         }
-        if authority.contains(['/', '?', '#', '@']) || authority.chars().any(char::is_whitespace)
-        {
+        if authority.contains(['/', '?', '#', '@']) || authority.chars().any(char::is_whitespace) {
             return bad("may hold only a host and port (no path, query, user or spaces)");
         }
         let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
             let Some((addr, after)) = v6.split_once(']') else {
                 return bad("has an unclosed `[`");
             };
-            if addr.is_empty() || !addr.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') {
+            if addr.is_empty()
+                || !addr
+                    .chars()
+                    .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+            {
                 return bad("has an invalid IPv6 address");
             }
             let port = match after {
@@ -121,7 +124,8 @@ impl HttpOrigin {
             let label_ok = |l: &str| {
                 !l.is_empty()
                     && l.len() <= 63
-                    && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                    && l.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
             };
             if name.is_empty() || !name.split('.').all(label_ok) {
                 return bad("has an invalid host name (a `*.` wildcard may only start it)");
@@ -325,7 +329,9 @@ mod tests {
         assert!(!w.allows(true, "evilexample.com", 443));
         let l = HttpOrigin::parse("http://127.0.0.1:8089").expect("parses");
         assert!(l.allows(false, "127.0.0.1", 8089));
-        assert!(HttpOrigin::parse("http://[::1]:80").expect("v6").allows(false, "[::1]", 80));
+        assert!(HttpOrigin::parse("http://[::1]:80")
+            .expect("v6")
+            .allows(false, "[::1]", 80));
         for bad in [
             "api.example.com",
             "ftp://x",

@@ -35,7 +35,7 @@ pub use boxcar_queue::{LimitKind, Outcome};
 pub use config::{
     Capabilities, DirGrant, DirMode, HandlerLimits, SandboxConfig, SCRATCH_GUEST_PATH,
 };
-pub use http::HttpOrigin;
 pub use engine::{LoadReport, Sandbox};
 pub use error::SandboxError;
+pub use http::HttpOrigin;
 pub use run::LoadedHandler;

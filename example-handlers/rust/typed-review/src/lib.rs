@@ -2,9 +2,7 @@
 //! `boxcar_example_jobs::Review`: counts its words, or refuses a text that
 //! contains the refused word with a terminal error coded `content-refused`.
 
-use boxcar_example_jobs::{
-    Review, ReviewOutcome, ReviewRequest, CONTENT_REFUSED, REFUSED_WORD,
-};
+use boxcar_example_jobs::{Review, ReviewOutcome, ReviewRequest, CONTENT_REFUSED, REFUSED_WORD};
 use boxcar_guest::{terminal, Error, Job};
 
 fn review(job: Job<ReviewRequest>) -> Result<ReviewOutcome, Error> {

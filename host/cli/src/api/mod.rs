@@ -22,7 +22,7 @@ use axum::{
     routing::{get, post},
     Json, Router,
 };
-use boxcar_queue::{JobFilter, Queue, Registry, Scheduler, Scope};
+use boxcar_queue::{JobFilter, PoolStatus, Queue, Registry, Scheduler, Scope};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -137,14 +137,25 @@ async fn enqueue(
     }
 }
 
+/// The job's view; a due pending job that a guard holds back also carries
+/// `blocked_by` (the guards of this host's handler for its type, and pools).
 async fn get_job(
     State(state): State<AppState>,
     Path(id): Path<String>,
-) -> Result<Json<JobView>, ApiError> {
-    match state.queue.get(&id).await? {
-        Some(job) => Ok(Json(JobView::from(&job))),
-        None => Err(ApiError::job_not_found(&id)),
+) -> Result<Json<Value>, ApiError> {
+    let Some(job) = state.queue.get(&id).await? else {
+        return Err(ApiError::job_not_found(&id));
+    };
+    let blocked_by = state
+        .queue
+        .blocked_by(&job, &state.registry.guards_for(&job.job_type))
+        .await?;
+    let mut value =
+        serde_json::to_value(JobView::from(&job)).map_err(|e| ApiError::internal(&e))?;
+    if let (Some(why), Some(fields)) = (blocked_by, value.as_object_mut()) {
+        fields.insert("blocked_by".into(), why.into());
     }
+    Ok(Json(value))
 }
 
 #[derive(Deserialize)]
@@ -270,11 +281,19 @@ async fn retry_failed(
     Ok(Json(json!({"retried": retried})))
 }
 
+/// Jobs per status (top-level keys) and, under `pools`, each declared
+/// pool's occupancy and rate budget left in its window.
 async fn counts(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let counts = state.queue.count_by_status().await?;
-    Ok(Json(
-        serde_json::to_value(counts).map_err(|e| ApiError::internal(&e))?,
-    ))
+    let pools = state.queue.pool_status(&state.registry.pools()).await?;
+    let mut value = serde_json::to_value(counts).map_err(|e| ApiError::internal(&e))?;
+    if let Some(object) = value.as_object_mut() {
+        object.insert(
+            "pools".into(),
+            pools.iter().map(PoolStatus::to_json).collect(),
+        );
+    }
+    Ok(Json(value))
 }
 
 async fn handlers(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {

@@ -297,5 +297,76 @@ async fn schedules_are_listed_with_their_next_run() {
     assert_eq!(body[0]["tz"], "Europe/Berlin");
     assert_eq!(body[0]["owner"], "cfg");
     assert!(body[0]["next_run_at"].is_string(), "{body}");
-    assert!(!body.to_string().contains("not shown"), "no payload: {body}");
+    assert!(
+        !body.to_string().contains("not shown"),
+        "no payload: {body}"
+    );
+}
+
+#[tokio::test]
+async fn counts_show_each_pools_occupancy_and_a_blocked_job_says_why() {
+    let store = connect("memory://").await.expect("memory store");
+    let queue = Queue::new(store.clone(), QueueOptions::default()).expect("queue");
+    let registry = Registry::new();
+    registry.declare_elsewhere(["mail".to_string()]);
+    registry
+        .set_pools(vec![boxcar_queue::PoolConfig {
+            name: "smtp".into(),
+            concurrency: Some(1),
+            rate_per_minute: Some(10),
+            types: vec!["mail".into()],
+            ..boxcar_queue::PoolConfig::default()
+        }])
+        .expect("pools");
+    queue.attach_registry(registry.clone());
+    let state = AppState {
+        queue: queue.clone(),
+        registry: registry.clone(),
+        deployer: None,
+        metrics: Arc::new(Metrics::default()),
+        token: None,
+    };
+    let app = router(state);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let added = queue
+            .add(boxcar_queue::NewJob::new("mail", &json!({})))
+            .await
+            .expect("add");
+        ids.push(added.id);
+    }
+    let claimed = store
+        .claim_batch(boxcar_queue::store::ClaimParams {
+            worker_id: "elsewhere".into(),
+            job_type: "mail".into(),
+            limit: 1,
+            lease: std::time::Duration::from_secs(60),
+            handler_version: None,
+            guards: registry.guards_for("mail"),
+        })
+        .await
+        .expect("claim");
+    assert_eq!(claimed.claimed.len(), 1);
+    let (status, counts) = call(&app, Method::GET, "/counts", None).await;
+    assert_eq!(status, StatusCode::OK, "{counts}");
+    assert_eq!(
+        (&counts["pending"], &counts["running"]),
+        (&json!(1), &json!(1))
+    );
+    let pool = &counts["pools"][0];
+    assert_eq!(pool["name"], "smtp", "{counts}");
+    assert_eq!(pool["occupied"], 1);
+    assert_eq!(pool["concurrency"], 1);
+    assert_eq!(pool["spent"], 1);
+    assert_eq!(pool["budget_left"], 9);
+    assert!(pool["window_resets_at"].is_string(), "{counts}");
+    let running = &claimed.claimed[0].id;
+    let (_, job) = call(&app, Method::GET, &format!("/jobs/{running}"), None).await;
+    assert!(job.get("blocked_by").is_none(), "{job}");
+    let pending = ids.iter().find(|id| *id != running).expect("pending id");
+    let (status, job) = call(&app, Method::GET, &format!("/jobs/{pending}"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(job["status"], "pending");
+    let why = job["blocked_by"].as_str().unwrap_or_default();
+    assert!(why.contains("pool `smtp`"), "{job}");
 }

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use boxcar_queue::{HandlerEventKind, JobFilter, JobStatus, Queue};
+use boxcar_queue::{
+    ClaimGuards, HandlerEventKind, JobFilter, JobStatus, PoolStatus, Queue, Registry,
+};
 use chrono::Utc;
 use serde_json::json;
 
@@ -98,16 +100,51 @@ pub async fn jobs(context: Context, args: JobsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The guards a claim of `job_type` carries per this configuration: the
+/// declarations of its manifest in the configured handlers directory, and
+/// its pools.
+fn configured_guards(context: &Context, job_type: &str) -> ClaimGuards {
+    let registry = Registry::new();
+    let mut guards = match registry.set_pools(context.config.pools.clone()) {
+        Ok(()) => registry.guards_for(job_type),
+        Err(_) => ClaimGuards::default(),
+    };
+    let Some(dir) = &context.config.handlers else {
+        return guards;
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return guards;
+    };
+    let manifest = entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().and_then(|e| e.to_str()) == Some("toml"))
+        .filter_map(|path| crate::manifest::Manifest::load(&path).ok())
+        .find(|m| m.job_types.iter().any(|t| t == job_type));
+    if let Some(m) = manifest {
+        guards.serialize_by_scope = m.serialize_by_scope;
+        guards.not_while_running = m.not_while_running;
+        guards.waits_for = m.waits_for;
+    }
+    guards
+}
+
 pub async fn job(context: Context, id: &str) -> anyhow::Result<()> {
     let queue = context.queue().await?;
     let Some(job) = queue.get(id).await? else {
         return Err(usage(format!("job `{id}` does not exist")));
     };
+    let blocked_by = queue
+        .blocked_by(&job, &configured_guards(&context, &job.job_type))
+        .await?;
     let view = JobView::from(&job);
-    if context.json {
-        return print_json(&view);
+    let mut value = serde_json::to_value(&view)?;
+    if let (Some(why), Some(fields)) = (blocked_by, value.as_object_mut()) {
+        fields.insert("blocked_by".into(), why.into());
     }
-    let value = serde_json::to_value(&view)?;
+    if context.json {
+        return print_json(&value);
+    }
     if let Some(fields) = value.as_object() {
         for (key, value) in fields {
             let text = match value {
@@ -124,10 +161,17 @@ pub async fn job(context: Context, id: &str) -> anyhow::Result<()> {
 pub async fn counts(context: Context) -> anyhow::Result<()> {
     let queue = context.queue().await?;
     let counts = queue.count_by_status().await?;
+    let pools = queue.pool_status(&context.config.pools).await?;
+    let mut value = serde_json::to_value(counts)?;
     if context.json {
-        return print_json(&counts);
+        if let Some(object) = value.as_object_mut() {
+            object.insert(
+                "pools".into(),
+                pools.iter().map(PoolStatus::to_json).collect(),
+            );
+        }
+        return print_json(&value);
     }
-    let value = serde_json::to_value(counts)?;
     let rows: Vec<Vec<String>> = value
         .as_object()
         .map(|o| {
@@ -137,6 +181,30 @@ pub async fn counts(context: Context) -> anyhow::Result<()> {
         })
         .unwrap_or_default();
     print!("{}", table(&["STATUS", "JOBS"], &rows));
+    if !pools.is_empty() {
+        let of = |n: u64, limit: Option<u32>| match limit {
+            Some(l) => format!("{n}/{l}"),
+            None => format!("{n} (unbounded)"),
+        };
+        let rows: Vec<Vec<String>> = pools
+            .iter()
+            .map(|p| {
+                vec![
+                    p.name.clone(),
+                    of(p.occupied, p.concurrency),
+                    p.budget_left()
+                        .map_or_else(|| "-".into(), |left| of(left, p.rate_per_minute)),
+                    p.window_resets_at
+                        .map_or_else(|| "-".into(), |t| t.to_rfc3339()),
+                ]
+            })
+            .collect();
+        println!();
+        print!(
+            "{}",
+            table(&["POOL", "OCCUPIED", "BUDGET LEFT", "WINDOW RESETS"], &rows)
+        );
+    }
     Ok(())
 }
 

@@ -23,7 +23,12 @@ pub async fn run(context: Context, args: SchedulesArgs) -> anyhow::Result<()> {
             );
         }
     }
-    let views: Vec<ScheduleView> = scheduler.list().await?.iter().map(ScheduleView::from).collect();
+    let views: Vec<ScheduleView> = scheduler
+        .list()
+        .await?
+        .iter()
+        .map(ScheduleView::from)
+        .collect();
     if context.json {
         println!("{}", serde_json::to_string_pretty(&views)?);
         return Ok(());

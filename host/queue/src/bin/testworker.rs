@@ -14,6 +14,8 @@
 //! - `BOXCAR_TYPE` may list several types: `a,b,c`
 //! - `BOXCAR_NWR` `a:b,b:a` declares `not_while_running` (type:other)
 //! - `BOXCAR_POOL` `4:a=2,b=1` declares pool `p` of concurrency 4 with costs
+//!   (`-:a=1` declares no concurrency)
+//! - `BOXCAR_POOL_RATE` `30` gives pool `p` a budget of 30 starts per minute
 //! - `BOXCAR_WAITS` `a:b` declares `waits_for` (type:other)
 
 use std::io::Write;
@@ -180,6 +182,7 @@ async fn main() {
         let mut pool = PoolConfig {
             name: "p".into(),
             concurrency: limit.parse().ok(),
+            rate_per_minute: env("BOXCAR_POOL_RATE").and_then(|r| r.parse().ok()),
             ..PoolConfig::default()
         };
         for m in members.split(',').filter_map(|m| m.split_once('=')) {

@@ -17,7 +17,7 @@ use super::{run, Engine};
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::store::{ClaimParams, StoreEvent};
 
-const WARN_EVERY: Duration = Duration::ZERO; // REVERT-ME
+const WARN_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Default)]
 struct Starvation {

@@ -17,6 +17,7 @@ mod completer;
 mod dispatch;
 mod maintenance;
 mod run;
+mod scheduler;
 mod services;
 
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use tokio_util::task::TaskTracker;
 
 pub use backoff::retry_delay;
 pub use maintenance::Maintenance;
+pub use scheduler::{FiredTick, Scheduler, SchedulerHandle};
 
 use crate::inflight::AbortReason;
 use crate::options::{OptionsError, WorkerOptions};

@@ -183,8 +183,15 @@ pub(crate) async fn run_job(
                 tracing::error!(job_id = %job.id, "outcome writer stopped; the job is recovered after its lease");
             }
         }
-        (None, Outcome::Terminal { message, .. }) => {
-            fail(&engine, &job, message, duration).await;
+        (
+            None,
+            Outcome::Terminal {
+                message,
+                code,
+                details,
+            },
+        ) => {
+            fail(&engine, &job, message, (code, details), duration).await;
         }
         (None, other) => {
             let (retry_after, consumes) = match &other {
@@ -199,7 +206,7 @@ pub(crate) async fn run_job(
                 .error_message()
                 .unwrap_or_else(|| "unknown failure".into());
             if consumes && job.attempts >= job.max_attempts {
-                fail(&engine, &job, message, duration).await;
+                fail(&engine, &job, message, (None, None), duration).await;
             } else {
                 let attempts_for_backoff = if consumes {
                     job.attempts
@@ -238,11 +245,21 @@ pub(crate) async fn run_job(
     engine.free_slot(&job.job_type);
 }
 
-async fn fail(engine: &Engine, job: &Job, message: String, duration: Duration) {
+/// Marks the run failed; `coded` is the handler's (code, details), if any.
+async fn fail(
+    engine: &Engine,
+    job: &Job,
+    message: String,
+    coded: (Option<String>, Option<String>),
+    duration: Duration,
+) {
+    let (code, details) = coded;
     let params = FailParams {
         worker_id: engine.opts.worker_id.clone(),
         id: job.id.clone(),
         error: message.clone(),
+        code,
+        details,
     };
     match engine.store.fail(params).await {
         Ok(true) => engine.queue.emit(LifecycleEvent {

@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::queue::Queue;
 use crate::schedule::{Schedule, ScheduleDef, ScheduleRecord};
-use crate::store::schedules::{DeclaredSchedule, FireSchedule, ReconcileReport, ReconcileSchedules};
+use crate::store::schedules::{
+    DeclaredSchedule, FireSchedule, ReconcileReport, ReconcileSchedules,
+};
 use crate::store::{InsertJob, JobStore, StoreError};
 
 /// A job a scheduler pass enqueued.

@@ -170,7 +170,10 @@ fn cron_immediately_and_start_at_and_end_at() {
     spec.end_at = Some(at("2026-01-01T01:30:00Z"));
     let s = valid(&spec);
     assert_eq!(s.first_run(now), Some(at("2026-01-01T01:00:00Z")));
-    assert_eq!(s.next_after(at("2026-01-01T01:00:00Z"), at("2026-01-01T01:00:00Z")), None);
+    assert_eq!(
+        s.next_after(at("2026-01-01T01:00:00Z"), at("2026-01-01T01:00:00Z")),
+        None
+    );
 }
 
 #[test]
@@ -186,9 +189,11 @@ fn invalid_declarations_name_the_id_and_the_reason() {
     neither.every = None;
     assert!(refused(&neither).starts_with("neither: set exactly one of `every`"));
 
-    assert!(refused(&cron("bad-cron", "61 * * * *", None)).starts_with("bad-cron: `cron` `61 * * * *` is invalid"));
+    assert!(refused(&cron("bad-cron", "61 * * * *", None))
+        .starts_with("bad-cron: `cron` `61 * * * *` is invalid"));
     assert!(refused(&cron("short", "* * *", None)).starts_with("short: `cron` must have 5 fields"));
-    assert!(refused(&cron("year", "0 0 0 1 1 * 2030", None)).starts_with("year: `cron` must have 5 fields"));
+    assert!(refused(&cron("year", "0 0 0 1 1 * 2030", None))
+        .starts_with("year: `cron` must have 5 fields"));
     assert_eq!(
         refused(&cron("zone", "0 * * * *", Some("Mars/Olympus"))),
         "zone: `tz` `Mars/Olympus` is not an IANA time zone name, e.g. \"Europe/Berlin\""
@@ -205,7 +210,8 @@ fn invalid_declarations_name_the_id_and_the_reason() {
     let mut imm_start = cron("imm-start", "0 * * * *", None);
     imm_start.immediately = true;
     imm_start.start_at = Some(at("2026-01-01T00:00:00Z"));
-    assert!(refused(&imm_start).starts_with("imm-start: `immediately` cannot be combined with `start_at`"));
+    assert!(refused(&imm_start)
+        .starts_with("imm-start: `immediately` cannot be combined with `start_at`"));
 
     assert_eq!(
         refused(&every("zero", Duration::ZERO)),
@@ -215,7 +221,10 @@ fn invalid_declarations_name_the_id_and_the_reason() {
     let mut window = every("window", Duration::from_secs(1));
     window.start_at = Some(at("2026-01-02T00:00:00Z"));
     window.end_at = Some(at("2026-01-01T00:00:00Z"));
-    assert_eq!(refused(&window), "window: `end_at` must be after `start_at`");
+    assert_eq!(
+        refused(&window),
+        "window: `end_at` must be after `start_at`"
+    );
 
     let mut payload = every("payload", Duration::from_secs(1));
     payload.payload = serde_json::json!([1]);
@@ -243,7 +252,10 @@ fn duplicate_ids_are_refused() {
         Err(e) => e,
     };
     let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
-    assert_eq!(text[0], "a: declared more than once; schedule ids must be unique");
+    assert_eq!(
+        text[0],
+        "a: declared more than once; schedule ids must be unique"
+    );
     assert!(text[1].starts_with("b: `cron` must have 5 fields"));
 }
 

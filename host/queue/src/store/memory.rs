@@ -18,8 +18,12 @@ use super::{
     RetryParams, StoreError, StoreEvent, TxConn, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
 };
 use crate::clock::{Clock, SystemClock};
-use crate::guards::ClaimGuards;
+use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
+use crate::schedule::ScheduleRecord;
+use crate::store::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
+
+mod schedules;
 
 #[derive(Default)]
 struct GuardRow {
@@ -33,6 +37,7 @@ struct State {
     jobs: BTreeMap<String, Job>,
     guards: HashMap<String, GuardRow>,
     events: Vec<HandlerEvent>,
+    schedules: BTreeMap<String, ScheduleRecord>,
 }
 
 /// A store that lives in this process only.
@@ -251,6 +256,8 @@ impl JobStore for MemoryStore {
                         attempts: 0,
                         max_attempts: j.max_attempts,
                         last_error: None,
+                        error_code: None,
+                        error_details: None,
                         dedupe_key: j.dedupe_key,
                         lease_owner: None,
                         lease_expires_at: None,
@@ -422,6 +429,8 @@ impl JobStore for MemoryStore {
                         && job.lease_owner.as_deref() == Some(&p.worker_id) =>
                 {
                     finish(job, JobStatus::Failed, Some(p.error), now);
+                    job.error_code = p.code;
+                    job.error_details = p.details;
                     true
                 }
                 _ => false,
@@ -642,6 +651,8 @@ impl JobStore for MemoryStore {
                     job.status = JobStatus::Pending;
                     job.attempts = 0;
                     job.last_error = None;
+                    job.error_code = None;
+                    job.error_details = None;
                     job.finished_at = None;
                     job.run_at = now;
                     job.updated_at = now;
@@ -683,6 +694,65 @@ impl JobStore for MemoryStore {
             .take(limit as usize)
             .cloned()
             .collect())
+    }
+
+    async fn pool_status(&self, pools: &[PoolGuard]) -> Result<Vec<PoolStatus>, StoreError> {
+        let now = self.clock.now();
+        let st = self.state.lock();
+        Ok(pools
+            .iter()
+            .map(|pool| {
+                let occupied = st
+                    .jobs
+                    .values()
+                    .filter(|j| live(j, now))
+                    .filter_map(|j| {
+                        pool.member_costs
+                            .iter()
+                            .find(|(t, _)| t == &j.job_type)
+                            .map(|(_, c)| u64::from(*c))
+                    })
+                    .sum();
+                let window = chrono::Duration::minutes(1);
+                let open = st
+                    .guards
+                    .get(&format!("pool:{}", pool.name))
+                    .and_then(|row| row.window_start.map(|s| (s, row.spent)))
+                    .filter(|(s, _)| now - *s < window);
+                PoolStatus {
+                    name: pool.name.clone(),
+                    occupied,
+                    concurrency: pool.concurrency,
+                    spent: open.map_or(0, |(_, spent)| u64::try_from(spent).unwrap_or(0)),
+                    rate_per_minute: pool.rate_per_minute,
+                    window_resets_at: open.map(|(s, _)| s + window),
+                }
+            })
+            .collect())
+    }
+
+    async fn reconcile_schedules(
+        &self,
+        params: ReconcileSchedules,
+    ) -> Result<ReconcileReport, StoreError> {
+        Ok(self.reconcile_schedules_mem(params))
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError> {
+        Ok(self.list_schedules_mem())
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> Result<Option<AddResult>, StoreError> {
+        self.fire_schedule_mem(params).await
+    }
+
+    async fn blocked_by(
+        &self,
+        job: &Job,
+        guards: &ClaimGuards,
+    ) -> Result<Option<String>, StoreError> {
+        let now = self.clock.now();
+        Ok(self.state.lock().blocked(job, guards, now))
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

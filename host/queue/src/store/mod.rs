@@ -16,6 +16,7 @@
 pub mod connect;
 pub mod memory;
 pub mod postgres;
+pub mod schedules;
 pub mod sqlite;
 
 use std::time::Duration;
@@ -24,9 +25,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 
-use crate::guards::ClaimGuards;
+use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
+use crate::schedule::ScheduleRecord;
+use schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 
 /// A store operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -199,6 +202,10 @@ pub struct FailParams {
     pub id: String,
     /// The failure.
     pub error: String,
+    /// The handler's machine-readable error code (terminal errors).
+    pub code: Option<String>,
+    /// The handler's JSON error details (terminal errors).
+    pub details: Option<String>,
 }
 
 /// Give running jobs back (shutdown): `pending`, unleased, attempt returned.
@@ -419,6 +426,54 @@ pub trait JobStore: Send + Sync + 'static {
     /// # Errors
     /// The database failed.
     async fn handler_events(&self, limit: u32) -> Result<Vec<HandlerEvent>, StoreError>;
+
+    /// Per pool: summed cost of members holding live leases, and the rate
+    /// spend of the open window (read-only; takes no guard lock). `pools`
+    /// carry their member costs; the per-type `cost`/`rate_cost` are unused.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn pool_status(&self, pools: &[PoolGuard]) -> Result<Vec<PoolStatus>, StoreError>;
+
+    /// Stores `owner`'s declared schedules: creates new ones, updates edited
+    /// ones in place (new `next_run_at`), deletes the owner's undeclared ones.
+    ///
+    /// # Locks and transactions
+    /// One transaction; reconciles of several hosts serialize.
+    ///
+    /// # Errors
+    /// The database failed; nothing changed.
+    async fn reconcile_schedules(
+        &self,
+        params: ReconcileSchedules,
+    ) -> Result<ReconcileReport, StoreError>;
+
+    /// Every stored schedule, by id.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError>;
+
+    /// Enqueues a due tick's job if `next_run_at` still equals the tick,
+    /// moving it to the next tick in the same transaction. `None`: another
+    /// host ran this tick (or the schedule is gone or was edited).
+    ///
+    /// # Errors
+    /// The database failed; nothing changed.
+    async fn fire_schedule(&self, params: FireSchedule) -> Result<Option<AddResult>, StoreError>;
+
+    /// What would block a claim of `job` under `guards` right now (the
+    /// claim's own predicate, read-only and without guard locks, so only a
+    /// snapshot); `None` when the guards admit it. Ignores due time, flow
+    /// children and per-host concurrency.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn blocked_by(
+        &self,
+        job: &Job,
+        guards: &ClaimGuards,
+    ) -> Result<Option<String>, StoreError>;
 
     /// Local notifications (inserts, terminal transitions). Postgres also
     /// relays other processes' inserts and completions via LISTEN/NOTIFY.

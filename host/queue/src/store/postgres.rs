@@ -14,6 +14,7 @@
 //!   the schema, so processes starting together apply each version once.
 
 mod guarded;
+mod schedules;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -29,12 +30,15 @@ use super::{
     InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
     StoreError, StoreEvent, TxConn, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
 };
+use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
 use crate::job::{
     AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, StatusCounts,
 };
+use crate::schedule::ScheduleRecord;
+use crate::store::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 
-const COLS: [&str; 24] = [
+const COLS: [&str; 26] = [
     "id",
     "job_type",
     "payload",
@@ -59,6 +63,8 @@ const COLS: [&str; 24] = [
     "handler_version",
     "created_at",
     "updated_at",
+    "error_code",
+    "error_details",
 ];
 
 const LIVE: &str = "status IN ('pending', 'running')";
@@ -103,6 +109,8 @@ pub(crate) fn job_from_row(r: &PgRow) -> Result<Job, StoreError> {
         attempts: u32::try_from(r.try_get::<i32, _>("attempts")?).unwrap_or(0),
         max_attempts: u32::try_from(r.try_get::<i32, _>("max_attempts")?).unwrap_or(1),
         last_error: r.try_get("last_error")?,
+        error_code: r.try_get("error_code")?,
+        error_details: r.try_get("error_details")?,
         dedupe_key: r.try_get("dedupe_key")?,
         lease_owner: r.try_get("lease_owner")?,
         lease_expires_at: r.try_get("lease_expires_at")?,
@@ -612,13 +620,16 @@ impl JobStore for PostgresStore {
     async fn fail(&self, p: FailParams) -> Result<bool, StoreError> {
         let r = sqlx::query(&format!(
             "UPDATE {} SET status = 'failed', last_error = $1, finished_at = now(), \
-               lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
+               lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), \
+               error_code = $4, error_details = $5 \
              WHERE id = $2 AND status = 'running' AND lease_owner = $3",
             self.jobs
         ))
         .bind(&p.error)
         .bind(&p.id)
         .bind(&p.worker_id)
+        .bind(&p.code)
+        .bind(&p.details)
         .execute(&self.fast)
         .await?;
         Ok(r.rows_affected() == 1)
@@ -807,6 +818,7 @@ impl JobStore for PostgresStore {
         let w = Self::filter_sql(&f, &mut n);
         let sql = format!(
             "UPDATE {t} SET status = 'pending', attempts = 0, last_error = NULL, finished_at = NULL, \
+               error_code = NULL, error_details = NULL, \
                run_at = now(), updated_at = now() \
              WHERE id IN (SELECT id FROM {t} WHERE {w} ORDER BY created_at, id LIMIT ${} OFFSET ${}) \
                AND status = 'failed'",
@@ -879,6 +891,33 @@ impl JobStore for PostgresStore {
                 })
             })
             .collect()
+    }
+
+    async fn pool_status(&self, pools: &[PoolGuard]) -> Result<Vec<PoolStatus>, StoreError> {
+        guarded::pool_status(self, pools).await
+    }
+
+    async fn reconcile_schedules(
+        &self,
+        params: ReconcileSchedules,
+    ) -> Result<ReconcileReport, StoreError> {
+        self.reconcile_schedules_sql(params).await
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError> {
+        self.list_schedules_sql().await
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> Result<Option<AddResult>, StoreError> {
+        self.fire_schedule_sql(params).await
+    }
+
+    async fn blocked_by(
+        &self,
+        job: &Job,
+        guards: &ClaimGuards,
+    ) -> Result<Option<String>, StoreError> {
+        guarded::blocked_by(self, job, guards).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

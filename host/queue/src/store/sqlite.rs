@@ -30,17 +30,22 @@ use super::{
     InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
     StoreError, StoreEvent, TxConn, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
 };
+use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
 use crate::job::{
     AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, StatusCounts,
 };
+use crate::schedule::ScheduleRecord;
+use crate::store::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 
 mod guarded;
+mod schedules;
 
 const COLS: &str =
     "id, job_type, payload, scope_type, scope_id, status, priority, run_at, attempts, \
     max_attempts, last_error, dedupe_key, lease_owner, lease_expires_at, started_at, finished_at, \
-    result, progress, parent_id, schedule_id, expires_at, handler_version, created_at, updated_at";
+    result, progress, parent_id, schedule_id, expires_at, handler_version, created_at, updated_at, \
+    error_code, error_details";
 
 const LIVE: &str = "status IN ('pending', 'running')";
 
@@ -101,6 +106,8 @@ pub(crate) fn job_from_row(r: &SqliteRow) -> Result<Job, StoreError> {
         attempts: u32::try_from(r.try_get::<i64, _>("attempts")?).unwrap_or(0),
         max_attempts: u32::try_from(r.try_get::<i64, _>("max_attempts")?).unwrap_or(1),
         last_error: r.try_get("last_error")?,
+        error_code: r.try_get("error_code")?,
+        error_details: r.try_get("error_details")?,
         dedupe_key: r.try_get("dedupe_key")?,
         lease_owner: r.try_get("lease_owner")?,
         lease_expires_at: opt_time("lease_expires_at")?,
@@ -431,13 +438,16 @@ impl JobStore for SqliteStore {
         let now = ms(Utc::now());
         let r = sqlx::query(
             "UPDATE boxcar_jobs SET status = 'failed', last_error = ?1, finished_at = ?2, \
-               lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2 \
+               lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2, \
+               error_code = ?5, error_details = ?6 \
              WHERE id = ?3 AND status = 'running' AND lease_owner = ?4",
         )
         .bind(&p.error)
         .bind(now)
         .bind(&p.id)
         .bind(&p.worker_id)
+        .bind(&p.code)
+        .bind(&p.details)
         .execute(&self.pool)
         .await?;
         let ok = r.rows_affected() == 1;
@@ -652,6 +662,7 @@ impl JobStore for SqliteStore {
         let now = ms(Utc::now());
         let sql = format!(
             "UPDATE boxcar_jobs SET status = 'pending', attempts = 0, last_error = NULL, \
+               error_code = NULL, error_details = NULL, \
                finished_at = NULL, run_at = ?, updated_at = ? \
              WHERE id IN (SELECT id FROM boxcar_jobs WHERE {w} ORDER BY created_at, id LIMIT ? OFFSET ?)"
         );
@@ -732,6 +743,33 @@ impl JobStore for SqliteStore {
                 })
             })
             .collect()
+    }
+
+    async fn pool_status(&self, pools: &[PoolGuard]) -> Result<Vec<PoolStatus>, StoreError> {
+        guarded::pool_status(self, pools).await
+    }
+
+    async fn reconcile_schedules(
+        &self,
+        params: ReconcileSchedules,
+    ) -> Result<ReconcileReport, StoreError> {
+        self.reconcile_schedules_sql(params).await
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError> {
+        self.list_schedules_sql().await
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> Result<Option<AddResult>, StoreError> {
+        self.fire_schedule_sql(params).await
+    }
+
+    async fn blocked_by(
+        &self,
+        job: &Job,
+        guards: &ClaimGuards,
+    ) -> Result<Option<String>, StoreError> {
+        guarded::blocked_by(self, job, guards).await
     }
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {

@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use boxcar_queue::guards::{ClaimGuards, PoolGuard};
+use boxcar_queue::guards::{ClaimGuards, PoolGuard, PoolStatus};
 use boxcar_queue::store::{
     CancelParams, CancelTarget, ClaimParams, CompleteParams, Completed, FailParams, RenewParams,
     RescueParams, RetryParams, LEASE_EXPIRED_ERROR,
 };
 use boxcar_queue::{
-    EnqueueError, HandlerEventKind, JobFilter, JobStatus, NewJob, Queue, QueueError, Registry,
-    Scope,
+    EnqueueError, HandlerEventKind, JobFilter, JobStatus, NewJob, PoolConfig, Queue, QueueError,
+    Registry, Scope,
 };
 use chrono::Utc;
 use serde_json::json;
@@ -215,6 +215,8 @@ async fn fenced_completion(fx: &Fixture) {
         worker_id: W1.into(),
         id: id.clone(),
         error: "x".into(),
+        code: None,
+        details: None,
     };
     assert!(!fx.store.fail(fail).await.unwrap());
     assert!(!fx.store.set_progress(W1, &id, "{}").await.unwrap());
@@ -305,6 +307,8 @@ async fn outcomes(fx: &Fixture) {
         worker_id: W1.into(),
         id: id2.clone(),
         error: "bad input".into(),
+        code: None,
+        details: None,
     };
     assert!(fx.store.fail(f).await.unwrap());
     let j = fx.store.get(&id2).await.unwrap().unwrap();
@@ -383,6 +387,8 @@ async fn retry_failed_and_prune(fx: &Fixture) {
                 worker_id: W1.into(),
                 id: id.clone(),
                 error: "boom".into(),
+                code: None,
+                details: None,
             })
             .await
             .unwrap();
@@ -562,6 +568,8 @@ async fn flows(fx: &Fixture) {
             worker_id: W1.into(),
             id: kids.claimed[1].id.clone(),
             error: "no".into(),
+            code: None,
+            details: None,
         })
         .await
         .unwrap();
@@ -904,6 +912,155 @@ async fn guard_pools(fx: &Fixture) {
     assert!(c.blocked_by.unwrap_or_default().contains("rate"));
 }
 
+/// `pool_status`: occupancy from live leases only (costs summed, expired
+/// leases and other types ignored), spend and window from the guard row,
+/// nothing refunded by a cancel, pools reported in the order asked.
+async fn pool_status(fx: &Fixture) {
+    let q = fx.queue();
+    let api = PoolConfig {
+        name: "api".into(),
+        concurrency: Some(6),
+        rate_per_minute: Some(10),
+        types: vec!["big".into(), "small".into()],
+        costs: [("big".to_string(), 2)].into(),
+        rate_costs: [("big".to_string(), 3)].into(),
+    };
+    let slots = PoolConfig {
+        name: "slots".into(),
+        concurrency: Some(1),
+        rate_per_minute: None,
+        types: vec!["other".into()],
+        ..PoolConfig::default()
+    };
+    let both = [slots.clone(), api.clone()];
+    let st = q.pool_status(&both).await.unwrap();
+    assert_eq!(st.len(), 2);
+    assert_eq!(st[0].name, "slots");
+    assert_eq!(
+        st[1],
+        PoolStatus {
+            name: "api".into(),
+            occupied: 0,
+            concurrency: Some(6),
+            spent: 0,
+            rate_per_minute: Some(10),
+            window_resets_at: None,
+        }
+    );
+    for _ in 0..2 {
+        add(&q, job("big")).await;
+    }
+    add(&q, job("small")).await;
+    add(&q, job("unrelated")).await;
+    let registry = Registry::new();
+    registry.set_pools(vec![api.clone()]).unwrap();
+    // SQLite stores milliseconds: allow `before`'s sub-millisecond part.
+    let before = fx.store.now().await.unwrap();
+    let c = fx
+        .store
+        .claim_batch(guarded("big", 2, registry.guards_for("big")))
+        .await
+        .unwrap();
+    assert_eq!(c.claimed.len(), 2);
+    // An expired lease occupies nothing; an unrelated type neither.
+    let c = fx
+        .store
+        .claim_batch(claim("small", W2, 1, Duration::from_millis(1)))
+        .await
+        .unwrap();
+    assert_eq!(c.claimed.len(), 1);
+    let c = fx
+        .store
+        .claim_batch(claim("unrelated", W2, 1, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(c.claimed.len(), 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let st = q.pool_status(&both).await.unwrap();
+    assert_eq!(st[0].occupied, 0);
+    assert_eq!((st[0].spent, st[0].window_resets_at), (0, None));
+    assert_eq!(st[1].occupied, 4, "two live big jobs at cost 2");
+    assert_eq!(st[1].spent, 6, "two starts at rate cost 3");
+    assert_eq!(st[1].budget_left(), Some(4));
+    let resets = st[1].window_resets_at.expect("an open window");
+    let after = fx.store.now().await.unwrap();
+    assert!(
+        resets > before + chrono::Duration::milliseconds(59_999)
+            && resets <= after + chrono::Duration::seconds(60),
+        "the window resets a minute after its first start: {before} .. {resets} .. {after}"
+    );
+    let big = q
+        .find(&JobFilter {
+            types: vec!["big".into()],
+            statuses: vec![JobStatus::Running],
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    q.cancel(&big[0].id, "free a slot").await.unwrap();
+    let st = q.pool_status(&[api]).await.unwrap();
+    assert_eq!(st[0].occupied, 2, "the cancelled job holds no slot");
+    assert_eq!(st[0].spent, 6, "cancelling refunds no budget");
+}
+
+/// `blocked_by`: a due pending job names the guard that holds it back, the
+/// same predicate a claim evaluates; not-due, non-pending and unguarded jobs
+/// report nothing, and the answer clears once the blocker is gone.
+async fn blocked_by(fx: &Fixture) {
+    let q = fx.queue();
+    let scope = Scope::new("account", "7");
+    let running = add(&q, job("mail").scope(scope.clone())).await;
+    let c = fx
+        .store
+        .claim_batch(claim("mail", W2, 1, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(c.claimed.len(), 1);
+    let waiting = add(&q, job("mail").scope(scope.clone())).await;
+    let later = add(
+        &q,
+        job("mail").scope(scope).delay(Duration::from_secs(3600)),
+    )
+    .await;
+    let guards = live_scope_guard();
+    let get = |id: String| {
+        let q = q.clone();
+        async move { q.get(&id).await.unwrap().unwrap() }
+    };
+    let why = q
+        .blocked_by(&get(waiting.clone()).await, &guards)
+        .await
+        .unwrap();
+    assert!(
+        why.as_deref()
+            .is_some_and(|w| w.contains("scope type `account`")),
+        "{why:?}"
+    );
+    assert_eq!(
+        q.blocked_by(&get(later).await, &guards).await.unwrap(),
+        None,
+        "not due yet: nothing to explain"
+    );
+    assert_eq!(
+        q.blocked_by(&get(running.clone()).await, &guards)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        q.blocked_by(&get(waiting.clone()).await, &ClaimGuards::default())
+            .await
+            .unwrap(),
+        None
+    );
+    q.cancel(&running, "done").await.unwrap();
+    assert_eq!(
+        q.blocked_by(&get(waiting).await, &guards).await.unwrap(),
+        None,
+        "the scope is free"
+    );
+}
+
 /// Runs every conformance check against `backend`, each on a fresh database.
 pub async fn run_suite(backend: Backend) {
     macro_rules! check {
@@ -931,6 +1088,8 @@ pub async fn run_suite(backend: Backend) {
     check!(guard_scope);
     check!(guard_types);
     check!(guard_pools);
+    check!(pool_status);
+    check!(blocked_by);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

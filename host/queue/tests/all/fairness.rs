@@ -1,7 +1,9 @@
-//! Fairness and starvation (SPEC §5, issue 5): the dispatcher's rotating
-//! type order keeps a concurrency-1 pool mate from being starved by a
-//! concurrency-50 one, and a type blocked for `starvation_polls` polls logs
-//! one warning naming its blocker, not one per poll.
+//! Fairness, starvation and start-up validation of guards (SPEC §5, issue
+//! 5): the dispatcher's rotating type order keeps a concurrency-1 pool mate
+//! from being starved by a concurrency-50 one; a type blocked for
+//! `starvation_polls` polls logs one warning naming its blocker, not one per
+//! poll; a one-sided `not_while_running` is logged naming both handlers; a
+//! `waits_for` cycle and every bad pool declaration are refused.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -10,7 +12,7 @@ use std::time::Duration;
 use boxcar_queue::store::ClaimParams;
 use boxcar_queue::{
     ClaimGuards, Handler, HandlerSettings, JobContext, JobRun, NewJob, Outcome, PoolConfig,
-    Registry, Scope, Worker, WorkerOptions,
+    Registry, RegistryError, Scope, Worker, WorkerOptions,
 };
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -88,7 +90,10 @@ async fn mate_is_not_starved(backend: Backend) {
     })
     .await;
     w.shutdown().await;
-    assert!(mates_done, "{backend:?}: the mate's 5 jobs never all started");
+    assert!(
+        mates_done,
+        "{backend:?}: the mate's 5 jobs never all started"
+    );
     let starts = starts.lock().clone();
     let mut gaps = Vec::new();
     let mut hogs_since = 0;
@@ -303,4 +308,111 @@ async fn one_sided_not_while_running_is_logged_naming_both() {
         "{}",
         lines[0]
     );
+}
+
+#[test]
+fn waits_for_cycle_is_refused_naming_the_cycle() {
+    let h: Arc<dyn Handler> = Arc::new(boxcar_queue::bench::NoopHandler);
+    let reg = Registry::new();
+    let waits = |other: &str| HandlerSettings {
+        waits_for: vec![other.into()],
+        ..HandlerSettings::default()
+    };
+    reg.register("rollup", h.clone(), waits("ingest")).unwrap();
+    let err = reg.register("ingest", h, waits("rollup")).unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::WaitsForCycle(c) if c == "ingest -> rollup -> ingest"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("ingest -> rollup -> ingest"));
+    assert!(reg.get("ingest").is_none());
+}
+
+#[test]
+fn each_bad_pool_declaration_is_refused() {
+    let reg = Registry::new();
+    let good = || PoolConfig {
+        name: "api".into(),
+        concurrency: Some(4),
+        rate_per_minute: Some(60),
+        types: vec!["a".into(), "b".into()],
+        ..PoolConfig::default()
+    };
+    let cases: Vec<(&str, Vec<PoolConfig>, &str)> = vec![
+        (
+            "neither dimension",
+            vec![PoolConfig {
+                concurrency: None,
+                rate_per_minute: None,
+                ..good()
+            }],
+            "declare concurrency, rate_per_minute or both",
+        ),
+        (
+            "zero concurrency",
+            vec![PoolConfig {
+                concurrency: Some(0),
+                ..good()
+            }],
+            "must be positive",
+        ),
+        (
+            "zero rate",
+            vec![PoolConfig {
+                rate_per_minute: Some(0),
+                ..good()
+            }],
+            "must be positive",
+        ),
+        (
+            "zero cost",
+            vec![PoolConfig {
+                costs: [("a".to_string(), 0)].into(),
+                ..good()
+            }],
+            "costs must be positive",
+        ),
+        (
+            "zero rate cost",
+            vec![PoolConfig {
+                rate_costs: [("b".to_string(), 0)].into(),
+                ..good()
+            }],
+            "costs must be positive",
+        ),
+        (
+            "no members",
+            vec![PoolConfig {
+                types: Vec::new(),
+                ..good()
+            }],
+            "at least one member",
+        ),
+        (
+            "a type in two pools",
+            vec![
+                good(),
+                PoolConfig {
+                    name: "other".into(),
+                    types: vec!["c".into(), "b".into()],
+                    ..good()
+                },
+            ],
+            "type `b` is also in pool `api`",
+        ),
+    ];
+    for (what, pools, reason) in cases {
+        match reg.set_pools(pools) {
+            Err(e @ RegistryError::BadPool { .. }) => {
+                assert!(e.to_string().contains(reason), "{what}: {e}");
+            }
+            other => panic!("{what}: expected a BadPool error, got {other:?}"),
+        }
+        assert!(
+            reg.guards_for("a").pools.is_empty(),
+            "{what}: a refused declaration installs nothing"
+        );
+    }
+    reg.set_pools(vec![good()]).unwrap();
+    assert_eq!(reg.guards_for("b").pools.len(), 1);
 }

@@ -7,4 +7,5 @@ mod engine;
 mod fairness;
 mod migrate;
 mod multiprocess;
+mod schedules;
 mod support;

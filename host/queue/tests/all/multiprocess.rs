@@ -399,6 +399,62 @@ async fn pool_guard_across_processes(backend: Backend) {
     fx.finish().await;
 }
 
+/// A pool of 30 starts per minute over 3 processes and 35 due jobs: the
+/// first fixed window admits exactly 30 starts, the other 5 stay pending
+/// (the test ends well before the window could reset).
+async fn rate_pool_across_processes(backend: Backend) {
+    let Some(fx) = Fixture::new(backend).await else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_path(&dir);
+    let q = fx.queue();
+    let jobs = (0..35).map(|_| NewJob::new("rated", &json!({}))).collect();
+    q.add_many(jobs).await.unwrap();
+    let envs = [
+        ("BOXCAR_TYPE", "rated"),
+        ("BOXCAR_CONCURRENCY", "8"),
+        ("BOXCAR_POLL_MS", "20"),
+        ("BOXCAR_POOL", "-:rated=1"),
+        ("BOXCAR_POOL_RATE", "30"),
+    ];
+    let t0 = Instant::now();
+    let mut procs: Vec<Proc> = (0..3).map(|_| Proc::spawn(&fx.url, &log, &envs)).collect();
+    let store = fx.store.clone();
+    let thirty = eventually(Duration::from_secs(40), || {
+        let store = store.clone();
+        async move { store.count_by_status().await.unwrap().succeeded >= 30 }
+    })
+    .await;
+    // Many more polls by every process while the budget is spent.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let counts = fx.store.count_by_status().await.unwrap();
+    for p in &mut procs {
+        p.kill();
+    }
+    assert!(
+        t0.elapsed() < Duration::from_secs(55),
+        "too slow to tell: the window may have reset"
+    );
+    assert!(thirty, "the budget admitted fewer than 30: {counts:?}");
+    assert_eq!(
+        (counts.succeeded + counts.running, counts.pending),
+        (30, 5),
+        "{counts:?}"
+    );
+    let starts: Vec<(u32, u128)> = read_timed_log(&log)
+        .into_iter()
+        .filter(|l| l.0 == "start")
+        .map(|(_, _, pid, at)| (pid, at))
+        .collect();
+    let first = starts.iter().map(|s| s.1).min().unwrap();
+    let in_window = starts.iter().filter(|s| s.1 < first + 60_000_000).count();
+    assert_eq!(in_window, 30, "starts in the first one-minute window");
+    let pids: std::collections::HashSet<u32> = starts.iter().map(|s| s.0).collect();
+    assert!(pids.len() >= 2, "the starts came from one process only");
+    fx.finish().await;
+}
+
 async fn not_while_running_across_processes(backend: Backend) {
     let Some(fx) = Fixture::new(backend).await else {
         return;
@@ -464,6 +520,16 @@ async fn sqlite_waits_for_holds_across_three_processes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_waits_for_holds_across_three_processes() {
     waits_for_across_processes(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_rate_pool_holds_across_three_processes() {
+    rate_pool_across_processes(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_rate_pool_holds_across_three_processes() {
+    rate_pool_across_processes(Backend::Postgres).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,8 +11,8 @@ use boxcar_queue::schedule::{Schedule, ScheduleSpec};
 use boxcar_queue::store::schedules::ReconcileReport;
 use boxcar_queue::{
     Handler, HandlerSettings, JobContext, JobFilter, JobRun, JobStatus, LifecycleEvent,
-    LifecycleObserver, LifecycleOutcome, NewJob, Outcome, Queue, QueueOptions, Registry,
-    Scheduler, Worker, WorkerOptions,
+    LifecycleObserver, LifecycleOutcome, NewJob, Outcome, Queue, QueueOptions, Registry, Scheduler,
+    Worker, WorkerOptions,
 };
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -69,7 +69,10 @@ async fn reconcile_semantics(backend: Backend) {
     let s = Scheduler::new(fx.queue());
     let hourly = every("hourly", Duration::from_secs(3600));
     let nightly = cron("nightly", "17 3 * * *", false);
-    let r = s.reconcile("cfg", &[hourly.clone(), nightly]).await.unwrap();
+    let r = s
+        .reconcile("cfg", &[hourly.clone(), nightly])
+        .await
+        .unwrap();
     assert_eq!(r.created, ids(&["hourly", "nightly"]), "{backend:?}");
     let first = s.list().await.unwrap();
     assert_eq!(first.len(), 2);
@@ -78,7 +81,10 @@ async fn reconcile_semantics(backend: Backend) {
 
     // Unchanged declarations change nothing, not even next_run_at.
     let again = s
-        .reconcile("cfg", &[hourly.clone(), cron("nightly", "17 3 * * *", false)])
+        .reconcile(
+            "cfg",
+            &[hourly.clone(), cron("nightly", "17 3 * * *", false)],
+        )
         .await
         .unwrap();
     assert_eq!(again, ReconcileReport::default(), "{backend:?}");
@@ -97,7 +103,10 @@ async fn reconcile_semantics(backend: Backend) {
     assert_eq!(now.len(), 1);
     assert_eq!(now[0].def.cron.as_deref(), Some("45 4 * * *"));
     assert_ne!(now[0].next_run_at, first[1].next_run_at, "{backend:?}");
-    assert_eq!(now[0].created_at, first[1].created_at, "same row: {backend:?}");
+    assert_eq!(
+        now[0].created_at, first[1].created_at,
+        "same row: {backend:?}"
+    );
     fx.finish().await;
 }
 
@@ -256,7 +265,10 @@ async fn terminal_code_reaches_waiter(backend: Backend) {
     assert_eq!(job.status, JobStatus::Failed, "{backend:?}");
     assert_eq!(job.last_error.as_deref(), Some("refused"));
     assert_eq!(job.error_code.as_deref(), Some("content-refused"));
-    assert_eq!(job.error_details.as_deref(), Some(r#"{"word":"forbidden"}"#));
+    assert_eq!(
+        job.error_details.as_deref(),
+        Some(r#"{"word":"forbidden"}"#)
+    );
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     worker.shutdown().await;
     assert_eq!(
@@ -265,7 +277,10 @@ async fn terminal_code_reaches_waiter(backend: Backend) {
         "{backend:?}"
     );
     let again = q.get(&id).await.unwrap().unwrap();
-    assert!(again.error_code.is_none() && again.error_details.is_none(), "{backend:?}");
+    assert!(
+        again.error_code.is_none() && again.error_details.is_none(),
+        "{backend:?}"
+    );
     fx.finish().await;
 }
 

@@ -189,7 +189,11 @@ async fn allowed_host_answers() {
     let (ctx, _) = new_ctx();
     let outcome = h
         .run(
-            job("fetch-title", &fetch(&server.url("/title")), Duration::from_secs(10)),
+            job(
+                "fetch-title",
+                &fetch(&server.url("/title")),
+                Duration::from_secs(10),
+            ),
             ctx,
         )
         .await;
@@ -210,11 +214,19 @@ async fn disallowed_host_is_refused_before_connecting_and_logged() {
         http_caps(&[allowed.origin()]),
     );
     let (ctx, _) = new_ctx();
-    let mut run = job("fetch-title", &fetch(&other.url("/title")), Duration::from_secs(10));
+    let mut run = job(
+        "fetch-title",
+        &fetch(&other.url("/title")),
+        Duration::from_secs(10),
+    );
     run.id = "job-http-denied".into();
     let outcome = h.run(run, ctx).await;
     assert_refused(&outcome);
-    assert_eq!(other.accepted(), 0, "no connection may reach the refused host");
+    assert_eq!(
+        other.accepted(),
+        0,
+        "no connection may reach the refused host"
+    );
     let text = String::from_utf8_lossy(&logs.lock().expect("lock")).to_string();
     let line = text
         .lines()
@@ -223,11 +235,19 @@ async fn disallowed_host_is_refused_before_connecting_and_logged() {
     assert!(line.contains(&format!("{}", other.addr.port())), "{line}");
 
     // A handler granted nothing is refused the same way.
-    let none = load_with("fetch-title", HandlerLimits::default(), Capabilities::default());
+    let none = load_with(
+        "fetch-title",
+        HandlerLimits::default(),
+        Capabilities::default(),
+    );
     let (ctx, _) = new_ctx();
     let outcome = none
         .run(
-            job("fetch-title", &fetch(&allowed.url("/title")), Duration::from_secs(10)),
+            job(
+                "fetch-title",
+                &fetch(&allowed.url("/title")),
+                Duration::from_secs(10),
+            ),
             ctx,
         )
         .await;
@@ -248,14 +268,20 @@ async fn redirect_to_a_disallowed_host_is_refused() {
     let (ctx, _) = new_ctx();
     let within = allowed.url(&format!("/redirect?to={}", allowed.url("/title")));
     let outcome = h
-        .run(job("fetch-title", &fetch(&within), Duration::from_secs(10)), ctx)
+        .run(
+            job("fetch-title", &fetch(&within), Duration::from_secs(10)),
+            ctx,
+        )
         .await;
     assert_eq!(result_json(&outcome)["title"], "Hello boxcar");
     // A redirect off the list is refused before the other host is reached.
     let (ctx, _) = new_ctx();
     let away = allowed.url(&format!("/redirect?to={}", other.url("/title")));
     let outcome = h
-        .run(job("fetch-title", &fetch(&away), Duration::from_secs(10)), ctx)
+        .run(
+            job("fetch-title", &fetch(&away), Duration::from_secs(10)),
+            ctx,
+        )
         .await;
     assert_refused(&outcome);
     assert_eq!(other.accepted(), 0);
@@ -274,7 +300,11 @@ async fn server_that_never_answers_is_cut_off_at_the_job_timeout() {
     let started = Instant::now();
     let outcome = h
         .run(
-            job("fetch-title", &fetch(&server.url("/hang")), Duration::from_millis(800)),
+            job(
+                "fetch-title",
+                &fetch(&server.url("/hang")),
+                Duration::from_millis(800),
+            ),
             ctx,
         )
         .await;
@@ -293,7 +323,11 @@ async fn server_that_never_answers_is_cut_off_at_the_job_timeout() {
     let started = Instant::now();
     let outcome = h
         .run(
-            job("fetch-title", &fetch(&server.url("/hang")), Duration::from_secs(30)),
+            job(
+                "fetch-title",
+                &fetch(&server.url("/hang")),
+                Duration::from_secs(30),
+            ),
             ctx,
         )
         .await;
@@ -312,11 +346,21 @@ async fn response_bodies_are_capped() {
     for path in ["/big", "/big-declared"] {
         let (ctx, _) = new_ctx();
         let outcome = h
-            .run(job("fetch-title", &fetch(&server.url(path)), Duration::from_secs(10)), ctx)
+            .run(
+                job(
+                    "fetch-title",
+                    &fetch(&server.url(path)),
+                    Duration::from_secs(10),
+                ),
+                ctx,
+            )
             .await;
         match outcome {
             Outcome::Retryable { message, .. } => {
-                assert!(message.contains("larger than the host allows"), "{path}: {message}");
+                assert!(
+                    message.contains("larger than the host allows"),
+                    "{path}: {message}"
+                );
             }
             other => panic!("{path}: expected the body cap, got {other:?}"),
         }
@@ -377,7 +421,8 @@ async fn probe(caps: Capabilities, ops: serde_json::Value) -> Outcome {
     let h = load_with("fs-probe", HandlerLimits::default(), caps);
     let (ctx, _) = new_ctx();
     let payload = serde_json::json!({ "ops": ops }).to_string();
-    h.run(job("fs-probe", &payload, Duration::from_secs(10)), ctx).await
+    h.run(job("fs-probe", &payload, Duration::from_secs(10)), ctx)
+        .await
 }
 
 fn reports(outcome: &Outcome) -> Vec<serde_json::Value> {
@@ -406,7 +451,12 @@ async fn preopen_escapes_fail() {
     let outcome = probe(fs_caps(&fx), escapes.clone()).await;
     let text = format!("{outcome:?}");
     assert!(!text.contains("SECRET"), "a secret leaked: {text}");
-    for (op, report) in escapes.as_array().expect("array").iter().zip(reports(&outcome)) {
+    for (op, report) in escapes
+        .as_array()
+        .expect("array")
+        .iter()
+        .zip(reports(&outcome))
+    {
         assert_eq!(report["ok"], false, "{op} must fail: {report}");
     }
     assert!(!fx.secret.with_file_name("planted.txt").exists());
@@ -480,9 +530,17 @@ async fn scratch_is_fresh_per_job_gone_after_and_capped() {
             )
             .await,
         );
-        assert_eq!(r[0]["value"], serde_json::json!([]), "empty at the start: {r:?}");
+        assert_eq!(
+            r[0]["value"],
+            serde_json::json!([]),
+            "empty at the start: {r:?}"
+        );
         assert_eq!(r[3]["value"], serde_json::json!(["left-behind.txt", "sub"]));
-        assert_eq!(scratch_entries(), 0, "the job's scratch directory is removed");
+        assert_eq!(
+            scratch_entries(),
+            0,
+            "the job's scratch directory is removed"
+        );
     }
     // Without the grant there is no /tmp.
     let r = reports(
@@ -518,8 +576,14 @@ async fn scratch_is_fresh_per_job_gone_after_and_capped() {
 #[tokio::test]
 async fn guest_sees_exactly_the_declared_env() {
     let env: BTreeMap<String, String> = [
-        ("API_BASE".to_string(), "https://api.example.com".to_string()),
-        ("API_TOKEN".to_string(), "s3cr3t value=with equals".to_string()),
+        (
+            "API_BASE".to_string(),
+            "https://api.example.com".to_string(),
+        ),
+        (
+            "API_TOKEN".to_string(),
+            "s3cr3t value=with equals".to_string(),
+        ),
     ]
     .into();
     let caps = Capabilities {
@@ -532,14 +596,24 @@ async fn guest_sees_exactly_the_declared_env() {
     );
     let h = load_with("env-dump", HandlerLimits::default(), caps);
     let (ctx, _) = new_ctx();
-    let result = result_json(&h.run(job("env-dump", "{}", Duration::from_secs(10)), ctx).await);
+    let result = result_json(
+        &h.run(job("env-dump", "{}", Duration::from_secs(10)), ctx)
+            .await,
+    );
     let seen: BTreeMap<String, String> =
         serde_json::from_value(result["vars"].clone()).expect("vars");
     assert_eq!(seen, env);
 
-    let h = load_with("env-dump", HandlerLimits::default(), Capabilities::default());
+    let h = load_with(
+        "env-dump",
+        HandlerLimits::default(),
+        Capabilities::default(),
+    );
     let (ctx, _) = new_ctx();
-    let result = result_json(&h.run(job("env-dump", "{}", Duration::from_secs(10)), ctx).await);
+    let result = result_json(
+        &h.run(job("env-dump", "{}", Duration::from_secs(10)), ctx)
+            .await,
+    );
     assert_eq!(result["vars"], serde_json::json!({}));
 }
 

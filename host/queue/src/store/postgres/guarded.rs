@@ -7,10 +7,11 @@
 //! under READ COMMITTED each statement after the lock sees every claim the
 //! previous holder committed, so two workers cannot both pass a predicate.
 
+use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{cols, dur_ms, job_from_row, PostgresStore, LIVE};
-use crate::guards::{scope_key, ClaimGuards};
+use crate::guards::{scope_key, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::Job;
 use crate::store::{ClaimParams, ClaimResult, StoreError, EXPIRED_ERROR};
 
@@ -234,4 +235,63 @@ pub(super) async fn claim(
     }
     tx.commit().await?;
     Ok(res)
+}
+
+/// Occupancy and window spend of each pool (read-only, no guard lock),
+/// on the database clock.
+pub(super) async fn pool_status(
+    store: &PostgresStore,
+    pools: &[PoolGuard],
+) -> Result<Vec<PoolStatus>, StoreError> {
+    let (t, schema) = (&store.jobs, &store.schema);
+    let mut conn = store.pool.acquire().await?;
+    let mut out = Vec::with_capacity(pools.len());
+    for pool in pools {
+        let types: Vec<String> = pool.member_costs.iter().map(|(t, _)| t.clone()).collect();
+        let costs: Vec<i64> = pool
+            .member_costs
+            .iter()
+            .map(|(_, c)| i64::from(*c))
+            .collect();
+        let occupied: i64 = sqlx::query_scalar(&format!(
+            "SELECT COALESCE(SUM(m.cost), 0)::int8 FROM {t} j \
+             JOIN unnest($1::text[], $2::int8[]) AS m(job_type, cost) ON m.job_type = j.job_type \
+             WHERE j.status = 'running' AND j.lease_expires_at > now()"
+        ))
+        .bind(&types)
+        .bind(&costs)
+        .fetch_one(&mut *conn)
+        .await?;
+        let open: Option<(i64, DateTime<Utc>)> = sqlx::query_as(&format!(
+            "SELECT spent, window_start + interval '1 minute' FROM {schema}.job_guards \
+             WHERE key = $1 AND window_start IS NOT NULL AND now() - window_start < interval '1 minute'"
+        ))
+        .bind(format!("pool:{}", pool.name))
+        .fetch_optional(&mut *conn)
+        .await?;
+        out.push(PoolStatus {
+            name: pool.name.clone(),
+            occupied: u64::try_from(occupied).unwrap_or(0),
+            concurrency: pool.concurrency,
+            spent: open.map_or(0, |(spent, _)| u64::try_from(spent).unwrap_or(0)),
+            rate_per_minute: pool.rate_per_minute,
+            window_resets_at: open.map(|(_, at)| at),
+        });
+    }
+    Ok(out)
+}
+
+/// The claim predicate for one job, read-only (see `JobStore::blocked_by`).
+pub(super) async fn blocked_by(
+    store: &PostgresStore,
+    job: &Job,
+    guards: &ClaimGuards,
+) -> Result<Option<String>, StoreError> {
+    let mut conn = store.pool.acquire().await?;
+    Ok(
+        match verdict(&mut conn, &store.jobs, &store.schema, job, guards).await? {
+            Verdict::Admit => None,
+            Verdict::Skip(why) | Verdict::Stop(why) => Some(why),
+        },
+    )
 }

@@ -12,7 +12,9 @@ use sqlx::{PgConnection, Row};
 use super::{insert_all, PostgresStore};
 use crate::job::AddResult;
 use crate::schedule::{ScheduleDef, ScheduleRecord};
-use crate::store::schedules::{DeclaredSchedule, FireSchedule, ReconcileReport, ReconcileSchedules};
+use crate::store::schedules::{
+    DeclaredSchedule, FireSchedule, ReconcileReport, ReconcileSchedules,
+};
 use crate::store::{StoreError, StoreEvent};
 
 const COLS: &str = "id, job_type, payload, every_ms, cron, tz, immediately, start_at, end_at, \

@@ -9,8 +9,8 @@
 use chrono::Utc;
 use sqlx::{Row, SqliteConnection};
 
-use super::{dur_ms, job_from_row, json_list, ms, SqliteStore, COLS, LIVE};
-use crate::guards::{scope_key, ClaimGuards};
+use super::{dur_ms, from_ms, job_from_row, json_list, ms, SqliteStore, COLS, LIVE};
+use crate::guards::{scope_key, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{Job, JobStatus};
 use crate::store::{ClaimParams, ClaimResult, StoreError, StoreEvent, EXPIRED_ERROR};
 
@@ -254,4 +254,71 @@ pub(super) async fn claim(store: &SqliteStore, p: ClaimParams) -> Result<ClaimRe
     }
     debug_assert!(res.claimed.iter().all(|j| j.status == JobStatus::Running));
     Ok(res)
+}
+
+/// Occupancy and window spend of each pool (read-only, no guard lock).
+pub(super) async fn pool_status(
+    store: &SqliteStore,
+    pools: &[PoolGuard],
+) -> Result<Vec<PoolStatus>, StoreError> {
+    let now = ms(Utc::now());
+    let mut conn = store.pool.acquire().await?;
+    let mut out = Vec::with_capacity(pools.len());
+    for pool in pools {
+        let members: Vec<&str> = pool.member_costs.iter().map(|(t, _)| t.as_str()).collect();
+        let rows = sqlx::query(
+            "SELECT job_type, COUNT(*) AS n FROM boxcar_jobs WHERE status = 'running' \
+               AND lease_expires_at > ?1 AND job_type IN (SELECT value FROM json_each(?2)) GROUP BY job_type",
+        )
+        .bind(now)
+        .bind(json_list(&members))
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut occupied: u64 = 0;
+        for r in rows {
+            let t: String = r.try_get("job_type")?;
+            let n: i64 = r.try_get("n")?;
+            let cost = pool
+                .member_costs
+                .iter()
+                .find(|(m, _)| *m == t)
+                .map_or(1, |(_, c)| *c);
+            occupied += u64::try_from(n).unwrap_or(0) * u64::from(cost);
+        }
+        let row = sqlx::query("SELECT window_start, spent FROM boxcar_job_guards WHERE key = ?")
+            .bind(format!("pool:{}", pool.name))
+            .fetch_optional(&mut *conn)
+            .await?;
+        let open = match row {
+            Some(r) => {
+                let start: Option<i64> = r.try_get("window_start")?;
+                let spent: i64 = r.try_get("spent")?;
+                start.filter(|s| now - s < WINDOW_MS).map(|s| (s, spent))
+            }
+            None => None,
+        };
+        out.push(PoolStatus {
+            name: pool.name.clone(),
+            occupied,
+            concurrency: pool.concurrency,
+            spent: open.map_or(0, |(_, spent)| u64::try_from(spent).unwrap_or(0)),
+            rate_per_minute: pool.rate_per_minute,
+            window_resets_at: open.map(|(s, _)| from_ms(s + WINDOW_MS)),
+        });
+    }
+    Ok(out)
+}
+
+/// The claim predicate for one job, read-only (see `JobStore::blocked_by`).
+pub(super) async fn blocked_by(
+    store: &SqliteStore,
+    job: &Job,
+    guards: &ClaimGuards,
+) -> Result<Option<String>, StoreError> {
+    let now = ms(Utc::now());
+    let mut conn = store.pool.acquire().await?;
+    Ok(match verdict(&mut conn, job, guards, now).await? {
+        Verdict::Admit => None,
+        Verdict::Skip(why) | Verdict::Stop(why) => Some(why),
+    })
 }

@@ -11,16 +11,17 @@ use sqlx::{Row, SqliteConnection};
 use super::{from_ms, insert_all, json_list, ms, SqliteStore};
 use crate::job::AddResult;
 use crate::schedule::{ScheduleDef, ScheduleRecord};
-use crate::store::schedules::{DeclaredSchedule, FireSchedule, ReconcileReport, ReconcileSchedules};
+use crate::store::schedules::{
+    DeclaredSchedule, FireSchedule, ReconcileReport, ReconcileSchedules,
+};
 use crate::store::{StoreError, StoreEvent};
 
 const COLS: &str = "id, job_type, payload, every_ms, cron, tz, immediately, start_at, end_at, \
     next_run_at, last_run_at, owner, created_at, updated_at";
 
 fn record_from_row(r: &SqliteRow) -> Result<ScheduleRecord, StoreError> {
-    let opt_time = |c: &str| -> Result<_, StoreError> {
-        Ok(r.try_get::<Option<i64>, _>(c)?.map(from_ms))
-    };
+    let opt_time =
+        |c: &str| -> Result<_, StoreError> { Ok(r.try_get::<Option<i64>, _>(c)?.map(from_ms)) };
     Ok(ScheduleRecord {
         def: ScheduleDef {
             id: r.try_get("id")?,
@@ -101,12 +102,14 @@ impl SqliteStore {
                     report.updated.push(d.def.id.clone());
                 }
                 Some(existing) if existing.owner.as_deref() != Some(p.owner.as_str()) => {
-                    sqlx::query("UPDATE boxcar_schedules SET owner = ?, updated_at = ? WHERE id = ?")
-                        .bind(&p.owner)
-                        .bind(ms(Utc::now()))
-                        .bind(&d.def.id)
-                        .execute(&mut *tx)
-                        .await?;
+                    sqlx::query(
+                        "UPDATE boxcar_schedules SET owner = ?, updated_at = ? WHERE id = ?",
+                    )
+                    .bind(&p.owner)
+                    .bind(ms(Utc::now()))
+                    .bind(&d.def.id)
+                    .execute(&mut *tx)
+                    .await?;
                 }
                 Some(_) => {}
             }
