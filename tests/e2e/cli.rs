@@ -167,7 +167,11 @@ fn examples_export_writes_droppable_pairs() {
 #[test]
 fn payload_schema_is_checked_at_enqueue_and_names_the_pointer_not_the_value() {
     let env = Env::sqlite();
-    std::fs::write(env.path("boxcar.toml"), "handlers = \"handlers\"\nhandled_elsewhere = [\"article\"]\n").expect("config");
+    std::fs::write(
+        env.path("boxcar.toml"),
+        "handlers = \"handlers\"\nhandled_elsewhere = [\"article\"]\n",
+    )
+    .expect("config");
     std::fs::write(
         env.handlers().join("article.schema.json"),
         r#"{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}"#,

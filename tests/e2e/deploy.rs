@@ -27,6 +27,31 @@ fn dropping_echo_into_a_running_serve_deploys_it() {
 }
 
 #[test]
+fn handlers_lists_grants_but_never_env_values() {
+    let env = Env::sqlite();
+    env.fast_config("");
+    let serve = env.serve("serve", &[]);
+    env.deploy(
+        "echo",
+        "echo",
+        "[handler]\njob_type = \"echo\"\n[capabilities]\nmay_enqueue = [\"echo\"]\nenv = { API_TOKEN = \"hunter2-secret\" }\n",
+    );
+    serve.wait_for_log("handler deployed", Duration::from_secs(30));
+    let listing = env.ok(&["handlers"]);
+    assert!(
+        listing.contains("GRANTS") && listing.contains("env=API_TOKEN"),
+        "{listing}"
+    );
+    assert!(listing.contains("may_enqueue=echo"), "{listing}");
+    let json = env.json(&["handlers"]).to_string();
+    assert!(
+        !listing.contains("hunter2") && !json.contains("hunter2"),
+        "env values stay secret"
+    );
+    assert!(!serve.output().contains("hunter2"), "nor are they logged");
+}
+
+#[test]
 fn replacing_a_module_lets_the_running_job_finish_on_the_old_version() {
     let env = Env::sqlite();
     let config = env.fast_config("");

@@ -34,7 +34,7 @@ pub const DEFAULT_SCHEDULES_OWNER: &str = "boxcar";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("{path}: cannot read the configuration: {source}")]
+    #[error("{path}: cannot read the configuration")]
     Read {
         /// The file.
         path: PathBuf,

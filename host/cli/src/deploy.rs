@@ -52,7 +52,7 @@ pub struct Prepared {
 #[derive(Debug, thiserror::Error)]
 pub enum DeployError {
     /// The module file could not be read.
-    #[error("{path}: cannot read the module: {source}")]
+    #[error("{path}: cannot read the module")]
     ReadModule {
         /// The module file.
         path: PathBuf,
@@ -73,7 +73,7 @@ pub enum DeployError {
         pinned: String,
     },
     /// The sandbox refused the module (not a component, wrong world, ...).
-    #[error("{path}: {source}")]
+    #[error("{path}: the sandbox refused the module")]
     Sandbox {
         /// The module file.
         path: PathBuf,
@@ -305,7 +305,7 @@ impl Deployer {
                     state.deployed.insert(name, (fingerprint, pair));
                 }
                 Err(error) => {
-                    let reason = error.to_string();
+                    let reason = with_causes(&error);
                     tracing::error!(handler = %name, %reason, "handler rejected; the previous version keeps serving");
                     let _ = self
                         .queue
@@ -405,7 +405,7 @@ impl Deployer {
                     Some(job_type),
                     Some(name),
                     Some(&prepared.digest),
-                    None,
+                    Some(&format!("grants: {}", manifest.capabilities.summary())),
                 )
                 .await
             {
@@ -502,6 +502,21 @@ impl Deployer {
             self.reconcile().await;
         }
     }
+}
+
+/// An error and its chain of causes on one line, e.g. for a rejection record.
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let next = inner.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// Pairs in `dir`: name → (module path, manifest path). A module without a

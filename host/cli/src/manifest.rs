@@ -42,7 +42,7 @@ pub const DEFAULT_MAX_HTTP_BODY: u64 = 4 * 1024 * 1024;
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     /// The file could not be read.
-    #[error("{path}: cannot read the manifest: {source}")]
+    #[error("{path}: cannot read the manifest")]
     Read {
         /// The manifest file.
         path: PathBuf,
@@ -163,6 +163,40 @@ pub struct Capabilities {
     pub scratch: Option<u64>,
     /// The guest's whole environment.
     pub env: BTreeMap<String, String>,
+}
+
+impl Capabilities {
+    /// One line naming every grant, for deploy records and listings. Env
+    /// values are never included (they may be secrets), only their names.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.may_enqueue.is_empty() {
+            parts.push(format!("may_enqueue={}", self.may_enqueue.join(",")));
+        }
+        if !self.http.is_empty() {
+            let origins: Vec<String> = self.http.iter().map(ToString::to_string).collect();
+            parts.push(format!("http={}", origins.join(",")));
+        }
+        for dir in &self.dirs {
+            let mode = match dir.mode {
+                DirMode::ReadOnly => "ro",
+                DirMode::ReadWrite => "rw",
+            };
+            parts.push(format!("dir={}:{}:{mode}", dir.host.display(), dir.guest));
+        }
+        if let Some(bytes) = self.scratch {
+            parts.push(format!("scratch={}", crate::units::ByteSize(bytes)));
+        }
+        if !self.env.is_empty() {
+            let names: Vec<&str> = self.env.keys().map(String::as_str).collect();
+            parts.push(format!("env={}", names.join(",")));
+        }
+        if parts.is_empty() {
+            "none".to_string()
+        } else {
+            parts.join(" ")
+        }
+    }
 }
 
 impl fmt::Debug for Capabilities {

@@ -343,12 +343,17 @@ pub async fn handlers(context: Context) -> anyhow::Result<()> {
                 e.file.clone().unwrap_or_default(),
                 e.digest.as_deref().map(|d| clip(d, 16)).unwrap_or_default(),
                 e.at.clone(),
+                e.reason
+                    .as_deref()
+                    .and_then(|r| r.strip_prefix("grants: "))
+                    .unwrap_or("")
+                    .to_string(),
             ]
         })
         .collect();
     print!(
         "{}",
-        table(&["TYPE", "MODULE", "DIGEST", "DEPLOYED"], &rows)
+        table(&["TYPE", "MODULE", "DIGEST", "DEPLOYED", "GRANTS"], &rows)
     );
     if !rejections.is_empty() {
         println!("\nrejected (the previous version, if any, keeps serving):");
