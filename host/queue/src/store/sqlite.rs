@@ -11,7 +11,8 @@
 //!   upgrade.
 //! - Id lists are bound as one JSON array and expanded with `json_each`.
 //! - Migrations run inside one `BEGIN IMMEDIATE` transaction, so processes
-//!   migrating one file at the same moment apply each version once.
+//!   migrating one file at the same moment apply each version once; opening
+//!   retries a set-up that SQLite refused with an immediate `SQLITE_BUSY`.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -203,6 +204,40 @@ async fn insert_all(
     Ok(out)
 }
 
+/// Whether SQLite answered `SQLITE_BUSY` (any extended variant).
+fn is_busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .is_some_and(|c| c & 0xff == 5),
+        _ => false,
+    }
+}
+
+/// Opens the pool. Each connection switches the file to WAL: on a file not
+/// yet in WAL mode that reads the header, then upgrades to a write lock, and
+/// SQLite refuses a read-to-write upgrade at once (`SQLITE_BUSY`, no busy
+/// handler) while another process holds the write lock — as when hosts
+/// start together on a new file. Such a failure is retried every 10 ms for
+/// up to the busy timeout; once the file is in WAL mode the switch is a
+/// no-op.
+async fn connect_pool(opts: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
+    let deadline = tokio::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let res = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts.clone())
+            .await;
+        match res {
+            Err(e) if is_busy(&e) && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 impl SqliteStore {
     /// Opens (creating if missing) the database at `path` — a file path or
     /// a `sqlite://` URL. Does not migrate.
@@ -221,10 +256,7 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(false);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await?;
+        let pool = connect_pool(opts).await?;
         Ok(Self {
             pool,
             events: broadcast::channel(1024).0,

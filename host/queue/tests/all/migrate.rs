@@ -57,3 +57,44 @@ async fn concurrent_connects_on_a_new_postgres_schema_all_succeed() {
             .expect("drop schema");
     }
 }
+
+/// The race behind "database is locked" at start-up, made deterministic:
+/// another process holds the write lock on a file that is not in WAL mode
+/// yet (as while it sets a new file up). Switching to WAL reads the header,
+/// then upgrades to a write lock; SQLite refuses that upgrade at once
+/// (`SQLITE_BUSY`, no busy handler), so opening must retry, not fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_open_retries_while_another_process_sets_the_file_up() {
+    use sqlx::{Connection, Executor};
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("new.db").display());
+    let opts = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(&url)
+        .expect("options")
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Delete);
+    let mut holder = sqlx::SqliteConnection::connect_with(&opts)
+        .await
+        .expect("holder");
+    holder
+        .execute("CREATE TABLE setup (x INTEGER)")
+        .await
+        .expect("table");
+    holder.execute("BEGIN IMMEDIATE").await.expect("write lock");
+    let opening = tokio::spawn({
+        let url = url.clone();
+        async move { connect(&url).await.map(|_| ()) }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !opening.is_finished(),
+        "open gave up while the file was locked"
+    );
+    holder.execute("COMMIT").await.expect("commit");
+    drop(holder);
+    tokio::time::timeout(Duration::from_secs(30), opening)
+        .await
+        .expect("open did not finish")
+        .expect("open task")
+        .expect("open waits for the set-up, then succeeds");
+}

@@ -52,6 +52,81 @@ impl Drop for Proc {
     }
 }
 
+/// Starts `n` worker processes at the same moment on one new database
+/// (each connects and migrates it) and checks every one comes up.
+fn start_together_on_a_new_database(url: &str, n: usize, rounds: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let log = log_path(&dir);
+    for round in 0..rounds {
+        let url = url.replace("{round}", &round.to_string());
+        let mut children: Vec<Child> = (0..n)
+            .map(|_| {
+                Command::new(env!("CARGO_BIN_EXE_boxcar-queue-testworker"))
+                    .env("BOXCAR_URL", &url)
+                    .env("BOXCAR_LOG", &log)
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .expect("spawn testworker")
+            })
+            .collect();
+        let mut failures = Vec::new();
+        for child in &mut children {
+            let mut first = String::new();
+            let out = child.stdout.take().expect("stdout");
+            BufReader::new(out).read_line(&mut first).ok();
+            if first.trim() != "ready" {
+                let _ = child.kill();
+                let mut err = String::new();
+                if let Some(e) = child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut BufReader::new(e), &mut err);
+                }
+                failures.push(err);
+            }
+        }
+        for mut child in children {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        assert!(
+            failures.is_empty(),
+            "round {round}: {} of {n} processes failed to start: {failures:#?}",
+            failures.len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_processes_starting_together_on_a_new_file_all_come_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/new-{{round}}.db", dir.path().display());
+    tokio::task::spawn_blocking(move || start_together_on_a_new_database(&url, 6, 40))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_processes_starting_together_on_a_new_schema_all_come_up() {
+    let Some(base) = crate::support::database_url() else {
+        return;
+    };
+    let prefix = format!("t_{}", uuid::Uuid::new_v4().simple());
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let url = format!("{base}{sep}schema={prefix}_{{round}}");
+    let rounds = 3;
+    let run =
+        tokio::task::spawn_blocking(move || start_together_on_a_new_database(&url, 4, rounds))
+            .await;
+    let pool = sqlx::PgPool::connect(&base).await.unwrap();
+    for round in 0..rounds {
+        sqlx::query(&format!("DROP SCHEMA IF EXISTS {prefix}_{round} CASCADE"))
+            .execute(&pool)
+            .await
+            .unwrap();
+    }
+    run.unwrap();
+}
+
 /// `(what, job id, pid)` lines of the execution log.
 fn read_log(path: &Path) -> Vec<(String, String, u32)> {
     read_timed_log(path)
