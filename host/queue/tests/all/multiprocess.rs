@@ -488,7 +488,10 @@ async fn rate_pool_across_processes(backend: Backend) {
     q.add_many(jobs).await.unwrap();
     let envs = [
         ("BOXCAR_TYPE", "rated"),
-        ("BOXCAR_CONCURRENCY", "8"),
+        // Few slots and slow jobs, so one process cannot take the whole
+        // budget before the others are up: every process competes.
+        ("BOXCAR_CONCURRENCY", "4"),
+        ("BOXCAR_MODE", "sleep:400"),
         ("BOXCAR_POLL_MS", "20"),
         ("BOXCAR_POOL", "-:rated=1"),
         ("BOXCAR_POOL_RATE", "30"),
