@@ -168,6 +168,8 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         finished.push(queue.wait(id, left).await?);
     }
     worker.shutdown().await;
+    // Observers run on their own thread; let the last events print first.
+    tokio::time::sleep(Duration::from_millis(200)).await;
     print_summary(&queue, &finished).await?;
     if args.keep {
         let kept = dir.keep();

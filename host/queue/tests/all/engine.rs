@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use boxcar_queue::{
-    ChildJobRequest, Handler, HandlerSettings, JobContext, JobRun, JobStatus, LifecycleEvent,
-    LifecycleObserver, LifecycleOutcome, NewJob, Outcome, Queue, Registry, ServiceError, Worker,
-    WorkerHandle, WorkerOptions,
+    ChildJobRequest, Handler, HandlerSettings, JobContext, JobFilter, JobRun, JobStatus,
+    LifecycleEvent, LifecycleObserver, LifecycleOutcome, NewJob, Outcome, Queue, Registry,
+    ServiceError, Worker, WorkerHandle, WorkerOptions,
 };
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -457,6 +457,153 @@ async fn services(fx: &Fixture) {
     w.shutdown().await;
 }
 
+/// SPEC §9 flows: a parent with five children of two types, one failing
+/// terminally, runs only after all five are terminal and sees 4 results and
+/// 1 failure; cancelling a parent aborts and cancels its running children.
+async fn flows_with_mixed_children(fx: &Fixture) {
+    let q = fx.queue();
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let s2 = seen.clone();
+    let h = handler(move |job: JobRun, ctx: JobContext| {
+        let seen = s2.clone();
+        async move {
+            match job.job_type.as_str() {
+                "flow.parent" => {
+                    let kids = ctx.services.children().await.unwrap();
+                    let mut seen = seen.lock();
+                    seen.push(format!("children:{}", kids.len()));
+                    seen.push(format!(
+                        "results:{}",
+                        kids.iter()
+                            .filter(|k| k.status == "succeeded" && k.result.is_some())
+                            .count()
+                    ));
+                    seen.push(format!(
+                        "failures:{}",
+                        kids.iter()
+                            .filter(|k| k.status == "failed" && k.error.is_some())
+                            .count()
+                    ));
+                    Outcome::Succeeded { result: None }
+                }
+                "flow.b" if job.payload.contains("refuse") => Outcome::Terminal {
+                    message: "refused".into(),
+                    code: None,
+                    details: None,
+                },
+                "flow.hang" => {
+                    ctx.cancel.cancelled().await;
+                    Outcome::Cancelled
+                }
+                _ => Outcome::Succeeded {
+                    result: Some("1".into()),
+                },
+            }
+        }
+    });
+    let reg = Registry::new();
+    for job_type in ["flow.parent", "flow.a", "flow.b", "flow.hang"] {
+        reg.register(job_type, h.clone(), settings(10_000)).unwrap();
+    }
+    let w = Worker::start(q.clone(), reg, fast_opts()).unwrap();
+    let children = vec![
+        NewJob::new("flow.a", &json!({})),
+        NewJob::new("flow.a", &json!({})),
+        NewJob::new("flow.b", &json!({})),
+        NewJob::new("flow.b", &json!({})),
+        NewJob::new("flow.b", &json!({"refuse": true})),
+    ];
+    let parent = q
+        .add_flow(NewJob::new("flow.parent", &json!({})), children)
+        .await
+        .unwrap();
+    let done = q.wait(&parent, Duration::from_secs(15)).await.unwrap();
+    assert_eq!(
+        done.status,
+        JobStatus::Succeeded,
+        "a failed child does not fail the parent"
+    );
+    let kids = q
+        .find(&JobFilter {
+            parent_id: Some(parent.clone()),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    let parent_started = done.started_at.unwrap();
+    assert!(
+        kids.iter()
+            .all(|k| k.finished_at.is_some_and(|f| f <= parent_started)),
+        "the parent ran only after every child was terminal"
+    );
+    assert_eq!(
+        *seen.lock(),
+        vec![
+            "children:5".to_string(),
+            "results:4".to_string(),
+            "failures:1".to_string()
+        ]
+    );
+
+    let second = q
+        .add_flow(
+            NewJob::new("flow.parent", &json!({})),
+            vec![
+                NewJob::new("flow.hang", &json!({})),
+                NewJob::new("flow.hang", &json!({})),
+            ],
+        )
+        .await
+        .unwrap();
+    let filter = JobFilter {
+        parent_id: Some(second.clone()),
+        ..JobFilter::default()
+    };
+    let store_q = q.clone();
+    let f2 = filter.clone();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let q = store_q.clone();
+            let f = f2.clone();
+            async move {
+                q.find(&f)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .all(|k| k.status == JobStatus::Running)
+            }
+        })
+        .await,
+        "both children started"
+    );
+    q.cancel(&second, "stop the flow").await.unwrap();
+    let q2 = q.clone();
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let q = q2.clone();
+            let f = filter.clone();
+            async move {
+                q.find(&f)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .all(|k| k.status == JobStatus::Cancelled)
+            }
+        })
+        .await,
+        "cancelling the parent cancelled its running children"
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let n = w.in_flight();
+            async move { n == 0 }
+        })
+        .await,
+        "and aborted their runs"
+    );
+    w.shutdown().await;
+}
+
 async fn run_engine_suite(backend: Backend) {
     macro_rules! check {
         ($f:ident) => {{
@@ -474,6 +621,7 @@ async fn run_engine_suite(backend: Backend) {
     check!(renewal_and_reconcile);
     check!(observers_cannot_stall);
     check!(services);
+    check!(flows_with_mixed_children);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
