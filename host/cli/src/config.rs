@@ -31,33 +31,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 pub const DEFAULT_SCHEDULES_OWNER: &str = "boxcar";
 
 /// A configuration file that failed to load or validate.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: cannot read the configuration")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// Malformed TOML, an unknown key or a value of the wrong kind.
-    #[error("{path}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message, naming the key.
-        message: String,
-    },
-    /// A value is out of range.
-    #[error("{path}: {message}")]
-    Invalid {
-        /// The file (or `<defaults>`).
-        path: PathBuf,
-        /// The option and what is wrong with it.
-        message: String,
-    },
-}
+pub type ConfigError = crate::toml_file::FileError;
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -203,10 +177,7 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming the file and the option.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::toml_file::read(path, "configuration")?;
         Self::parse(path, &text)
     }
 
@@ -215,10 +186,7 @@ impl Config {
     /// # Errors
     /// [`ConfigError`] naming the file and the option.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|error| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: error.to_string().trim_end().replace('\n', " "),
-        })?;
+        let raw: RawConfig = crate::toml_file::parse(path, text)?;
         Self::resolve(path, raw)
     }
 

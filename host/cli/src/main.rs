@@ -14,6 +14,7 @@ mod manifest;
 mod output;
 mod sandbox_glue;
 mod schema;
+mod toml_file;
 mod units;
 mod views;
 

@@ -39,33 +39,7 @@ pub const DEFAULT_MAX_ENQUEUES: u32 = 100;
 pub const DEFAULT_MAX_HTTP_BODY: u64 = 4 * 1024 * 1024;
 
 /// A manifest that failed to parse or validate.
-#[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
-    /// The file could not be read.
-    #[error("{path}: cannot read the manifest")]
-    Read {
-        /// The manifest file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The TOML is malformed or has an unknown key or a bad value.
-    #[error("{path}: {message}")]
-    Parse {
-        /// The manifest file.
-        path: PathBuf,
-        /// The parser's message (names the key and line).
-        message: String,
-    },
-    /// A value is out of range or inconsistent.
-    #[error("{path}: {message}")]
-    Invalid {
-        /// The manifest file.
-        path: PathBuf,
-        /// What is wrong and how to fix it.
-        message: String,
-    },
-}
+pub type ManifestError = crate::toml_file::FileError;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -248,10 +222,7 @@ impl Manifest {
     /// # Errors
     /// [`ManifestError`] naming the file and the problem.
     pub fn load(path: &Path) -> Result<Self, ManifestError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ManifestError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = crate::toml_file::read(path, "manifest")?;
         Self::parse(path, &text)
     }
 
@@ -261,10 +232,7 @@ impl Manifest {
     /// # Errors
     /// [`ManifestError`] naming the file and the problem.
     pub fn parse(path: &Path, text: &str) -> Result<Self, ManifestError> {
-        let raw: RawManifest = toml::from_str(text).map_err(|error| ManifestError::Parse {
-            path: path.to_path_buf(),
-            message: error.to_string().trim_end().replace('\n', " "),
-        })?;
+        let raw: RawManifest = crate::toml_file::parse(path, text)?;
         let invalid = |message: String| ManifestError::Invalid {
             path: path.to_path_buf(),
             message,

@@ -45,9 +45,8 @@ pub struct WaitTimedOut(pub String);
 /// The exit code for a failure.
 pub fn exit_code(error: &anyhow::Error) -> u8 {
     if error.downcast_ref::<UsageError>().is_some()
-        || error.downcast_ref::<crate::config::ConfigError>().is_some()
         || error
-            .downcast_ref::<crate::manifest::ManifestError>()
+            .downcast_ref::<crate::toml_file::FileError>()
             .is_some()
         || error.downcast_ref::<crate::deploy::DeployError>().is_some()
         || error.downcast_ref::<boxcar_queue::EnqueueError>().is_some()
