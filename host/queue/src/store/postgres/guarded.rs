@@ -21,6 +21,30 @@ enum Verdict {
     Stop(String),
 }
 
+/// Summed slot cost of the pool's members holding live leases, on the
+/// database clock. `jobs` is the schema-qualified jobs table.
+async fn occupancy(
+    conn: &mut PgConnection,
+    jobs: &str,
+    pool: &PoolGuard,
+) -> Result<i64, StoreError> {
+    let types: Vec<String> = pool.member_costs.iter().map(|(t, _)| t.clone()).collect();
+    let costs: Vec<i64> = pool
+        .member_costs
+        .iter()
+        .map(|(_, c)| i64::from(*c))
+        .collect();
+    Ok(sqlx::query_scalar(&format!(
+        "SELECT COALESCE(SUM(m.cost), 0)::int8 FROM {jobs} j \
+         JOIN unnest($1::text[], $2::int8[]) AS m(job_type, cost) ON m.job_type = j.job_type \
+         WHERE j.status = 'running' AND j.lease_expires_at > now()"
+    ))
+    .bind(&types)
+    .bind(&costs)
+    .fetch_one(&mut *conn)
+    .await?)
+}
+
 async fn verdict(
     conn: &mut PgConnection,
     t: &str,
@@ -74,21 +98,7 @@ async fn verdict(
     }
     for pool in &g.pools {
         if let Some(limit) = pool.concurrency {
-            let types: Vec<String> = pool.member_costs.iter().map(|(t, _)| t.clone()).collect();
-            let costs: Vec<i64> = pool
-                .member_costs
-                .iter()
-                .map(|(_, c)| i64::from(*c))
-                .collect();
-            let used: i64 = sqlx::query_scalar(&format!(
-                "SELECT COALESCE(SUM(m.cost), 0)::int8 FROM {t} j \
-                 JOIN unnest($1::text[], $2::int8[]) AS m(job_type, cost) ON m.job_type = j.job_type \
-                 WHERE j.status = 'running' AND j.lease_expires_at > now()"
-            ))
-            .bind(&types)
-            .bind(&costs)
-            .fetch_one(&mut *conn)
-            .await?;
+            let used = occupancy(conn, t, pool).await?;
             if used + i64::from(pool.cost) > i64::from(limit) {
                 return Ok(Verdict::Stop(format!(
                     "pool `{}` (concurrency full)",
@@ -247,21 +257,7 @@ pub(super) async fn pool_status(
     let mut conn = store.pool.acquire().await?;
     let mut out = Vec::with_capacity(pools.len());
     for pool in pools {
-        let types: Vec<String> = pool.member_costs.iter().map(|(t, _)| t.clone()).collect();
-        let costs: Vec<i64> = pool
-            .member_costs
-            .iter()
-            .map(|(_, c)| i64::from(*c))
-            .collect();
-        let occupied: i64 = sqlx::query_scalar(&format!(
-            "SELECT COALESCE(SUM(m.cost), 0)::int8 FROM {t} j \
-             JOIN unnest($1::text[], $2::int8[]) AS m(job_type, cost) ON m.job_type = j.job_type \
-             WHERE j.status = 'running' AND j.lease_expires_at > now()"
-        ))
-        .bind(&types)
-        .bind(&costs)
-        .fetch_one(&mut *conn)
-        .await?;
+        let occupied = occupancy(&mut conn, t, pool).await?;
         let open: Option<(i64, DateTime<Utc>)> = sqlx::query_as(&format!(
             "SELECT spent, window_start + interval '1 minute' FROM {schema}.job_guards \
              WHERE key = $1 AND window_start IS NOT NULL AND now() - window_start < interval '1 minute'"

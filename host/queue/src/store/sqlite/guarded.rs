@@ -39,6 +39,35 @@ async fn any_live(
     Ok(row.is_some())
 }
 
+/// Summed slot cost of the pool's members holding live leases at `now`.
+async fn occupancy(
+    conn: &mut SqliteConnection,
+    pool: &PoolGuard,
+    now: i64,
+) -> Result<i64, StoreError> {
+    let members: Vec<&str> = pool.member_costs.iter().map(|(t, _)| t.as_str()).collect();
+    let rows = sqlx::query(
+        "SELECT job_type, COUNT(*) AS n FROM boxcar_jobs WHERE status = 'running' \
+           AND lease_expires_at > ?1 AND job_type IN (SELECT value FROM json_each(?2)) GROUP BY job_type",
+    )
+    .bind(now)
+    .bind(json_list(&members))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut used: i64 = 0;
+    for r in rows {
+        let t: String = r.try_get("job_type")?;
+        let n: i64 = r.try_get("n")?;
+        let cost = pool
+            .member_costs
+            .iter()
+            .find(|(m, _)| *m == t)
+            .map_or(1, |(_, c)| *c);
+        used += n * i64::from(cost);
+    }
+    Ok(used)
+}
+
 async fn verdict(
     conn: &mut SqliteConnection,
     cand: &Job,
@@ -97,26 +126,7 @@ async fn verdict(
     }
     for pool in &g.pools {
         if let Some(limit) = pool.concurrency {
-            let members: Vec<&str> = pool.member_costs.iter().map(|(t, _)| t.as_str()).collect();
-            let rows = sqlx::query(
-                "SELECT job_type, COUNT(*) AS n FROM boxcar_jobs WHERE status = 'running' \
-                   AND lease_expires_at > ?1 AND job_type IN (SELECT value FROM json_each(?2)) GROUP BY job_type",
-            )
-            .bind(now)
-            .bind(json_list(&members))
-            .fetch_all(&mut *conn)
-            .await?;
-            let mut used: i64 = 0;
-            for r in rows {
-                let t: String = r.try_get("job_type")?;
-                let n: i64 = r.try_get("n")?;
-                let cost = pool
-                    .member_costs
-                    .iter()
-                    .find(|(m, _)| *m == t)
-                    .map_or(1, |(_, c)| *c);
-                used += n * i64::from(cost);
-            }
+            let used = occupancy(conn, pool, now).await?;
             if used + i64::from(pool.cost) > i64::from(limit) {
                 return Ok(Verdict::Stop(format!(
                     "pool `{}` (concurrency full)",
@@ -265,26 +275,7 @@ pub(super) async fn pool_status(
     let mut conn = store.pool.acquire().await?;
     let mut out = Vec::with_capacity(pools.len());
     for pool in pools {
-        let members: Vec<&str> = pool.member_costs.iter().map(|(t, _)| t.as_str()).collect();
-        let rows = sqlx::query(
-            "SELECT job_type, COUNT(*) AS n FROM boxcar_jobs WHERE status = 'running' \
-               AND lease_expires_at > ?1 AND job_type IN (SELECT value FROM json_each(?2)) GROUP BY job_type",
-        )
-        .bind(now)
-        .bind(json_list(&members))
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut occupied: u64 = 0;
-        for r in rows {
-            let t: String = r.try_get("job_type")?;
-            let n: i64 = r.try_get("n")?;
-            let cost = pool
-                .member_costs
-                .iter()
-                .find(|(m, _)| *m == t)
-                .map_or(1, |(_, c)| *c);
-            occupied += u64::try_from(n).unwrap_or(0) * u64::from(cost);
-        }
+        let occupied = u64::try_from(occupancy(&mut conn, pool, now).await?).unwrap_or(0);
         let row = sqlx::query("SELECT window_start, spent FROM boxcar_job_guards WHERE key = ?")
             .bind(format!("pool:{}", pool.name))
             .fetch_optional(&mut *conn)
