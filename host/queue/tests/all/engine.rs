@@ -457,6 +457,22 @@ async fn services(fx: &Fixture) {
     w.shutdown().await;
 }
 
+/// Waits (up to 10 s) until every job matching `filter` has `status`.
+async fn all_children_reach(q: &Queue, filter: &JobFilter, status: JobStatus) -> bool {
+    eventually(Duration::from_secs(10), || {
+        let q = q.clone();
+        let filter = filter.clone();
+        async move {
+            q.find(&filter)
+                .await
+                .unwrap()
+                .iter()
+                .all(|k| k.status == status)
+        }
+    })
+    .await
+}
+
 /// SPEC §9 flows: a parent with five children of two types, one failing
 /// terminally, runs only after all five are terminal and sees 4 results and
 /// 1 failure; cancelling a parent aborts and cancels its running children.
@@ -559,38 +575,13 @@ async fn flows_with_mixed_children(fx: &Fixture) {
         parent_id: Some(second.clone()),
         ..JobFilter::default()
     };
-    let store_q = q.clone();
-    let f2 = filter.clone();
     assert!(
-        eventually(Duration::from_secs(10), || {
-            let q = store_q.clone();
-            let f = f2.clone();
-            async move {
-                q.find(&f)
-                    .await
-                    .unwrap()
-                    .iter()
-                    .all(|k| k.status == JobStatus::Running)
-            }
-        })
-        .await,
+        all_children_reach(&q, &filter, JobStatus::Running).await,
         "both children started"
     );
     q.cancel(&second, "stop the flow").await.unwrap();
-    let q2 = q.clone();
     assert!(
-        eventually(Duration::from_secs(10), || {
-            let q = q2.clone();
-            let f = filter.clone();
-            async move {
-                q.find(&f)
-                    .await
-                    .unwrap()
-                    .iter()
-                    .all(|k| k.status == JobStatus::Cancelled)
-            }
-        })
-        .await,
+        all_children_reach(&q, &filter, JobStatus::Cancelled).await,
         "cancelling the parent cancelled its running children"
     );
     assert!(
