@@ -19,6 +19,9 @@
 //! - Each example is `<dir>/<name>.{py,js}` with its manifest
 //!   `<dir>/<name>.toml`; its `ALL` name is the manifest's job type
 //!   (`py.<name>`, `js.<name>`).
+//! - An example whose manifest grants `http` is built against the
+//!   `handler-http` world (`handler` plus `wasi:http/outgoing-handler`),
+//!   which the SDKs' HTTP helpers import.
 
 use std::{
     collections::hash_map::DefaultHasher,
@@ -33,7 +36,7 @@ use std::{
 
 /// Part of every fingerprint: bump it when the build commands below change,
 /// so existing components are rebuilt.
-const RECIPE: u32 = 1;
+const RECIPE: u32 = 3;
 
 /// One language's toolchain, found on this machine.
 struct Tool {
@@ -182,6 +185,7 @@ fn build_lang(lang: Lang, root: &Path, out_root: &Path) -> Result<Vec<String>, S
                 manifest.display()
             )
         });
+        let http = grants_http(&text);
         let wasm = out_dir.join(format!("{name}.wasm"));
         let stamp = out_dir.join(format!("{name}.fingerprint"));
         let mut h = DefaultHasher::new();
@@ -192,7 +196,7 @@ fn build_lang(lang: Lang, root: &Path, out_root: &Path) -> Result<Vec<String>, S
         let fresh =
             wasm.is_file() && fs::read_to_string(&stamp).is_ok_and(|s| s.trim() == fingerprint);
         if !fresh {
-            compile(lang, &tool, root, &name, &wasm);
+            compile(lang, &tool, root, &name, http, &wasm);
             fs::write(&stamp, &fingerprint)
                 .unwrap_or_else(|e| panic!("cannot write {}: {e}", stamp.display()));
         }
@@ -241,6 +245,22 @@ fn job_type(manifest: &str) -> Option<String> {
     })
 }
 
+/// True when the manifest's `[capabilities]` grants a non-empty `http`
+/// list (a line scan, like [`job_type`]).
+fn grants_http(manifest: &str) -> bool {
+    manifest.lines().any(|line| {
+        line.trim()
+            .strip_prefix("http")
+            .and_then(|rest| rest.trim_start().strip_prefix('='))
+            .is_some_and(|list| {
+                list.trim()
+                    .trim_start_matches('[')
+                    .trim_start()
+                    .starts_with('"')
+            })
+    })
+}
+
 /// Everything a component of `lang` depends on besides its name: tool
 /// version, the language's example sources, its SDK, the WIT.
 fn fingerprint_inputs(lang: Lang, root: &Path, tool: &Tool) -> Vec<(String, Vec<u8>)> {
@@ -249,7 +269,11 @@ fn fingerprint_inputs(lang: Lang, root: &Path, tool: &Tool) -> Vec<(String, Vec<
         Lang::Python => &["py"],
         Lang::Js => &["js", "mjs"],
     };
-    collect(&lang.examples_dir(root), &[lang.ext(), "mjs"], &mut inputs);
+    collect(
+        &lang.examples_dir(root),
+        &[lang.ext(), "mjs", "toml"],
+        &mut inputs,
+    );
     collect(&lang.sdk_dir(root), sdk_ext, &mut inputs);
     collect(&root.join("wit"), &["wit"], &mut inputs);
     inputs.sort();
@@ -331,7 +355,7 @@ fn find_tool(lang: Lang, root: &Path) -> Result<Tool, String> {
 /// Builds one component into `wasm`, via a temporary file renamed into place.
 /// Debug and release host builds share the output dir and may run this at
 /// the same time: scratch paths are per process, the rename is atomic.
-fn compile(lang: Lang, tool: &Tool, root: &Path, name: &str, wasm: &Path) {
+fn compile(lang: Lang, tool: &Tool, root: &Path, name: &str, http: bool, wasm: &Path) {
     let pid = std::process::id();
     let tmp = wasm.with_extension(format!("wasm.{pid}.tmp"));
     let mut cmd = Command::new(&tool.argv[0]);
@@ -349,7 +373,9 @@ fn compile(lang: Lang, tool: &Tool, root: &Path, name: &str, wasm: &Path) {
             copy_tree(&lang.sdk_dir(root), &sdk, "py");
             cmd.arg("-d")
                 .arg(root.join("wit"))
-                .args(["-w", "handler", "componentize", name, "-p"])
+                .arg("-w")
+                .arg(if http { "handler-http" } else { "handler" })
+                .args(["componentize", name, "-p"])
                 .arg(&handlers)
                 .arg("-p")
                 .arg(&sdk)
@@ -362,16 +388,9 @@ fn compile(lang: Lang, tool: &Tool, root: &Path, name: &str, wasm: &Path) {
             // `import "../../guest-sdk/js/boxcar.js"` inside its working
             // directory only.
             cmd.arg(format!("example-handlers/js/{name}.js"))
-                .args([
-                    "--wit",
-                    "wit",
-                    "-n",
-                    "handler",
-                    "-d",
-                    "http",
-                    "fetch-event",
-                    "-o",
-                ])
+                .args(["--wit", "wit", "-n"])
+                .arg(if http { "handler-http" } else { "handler" })
+                .args(["-d", "http", "fetch-event", "-o"])
                 .arg(&tmp);
         }
     }

@@ -16,6 +16,8 @@
 // - Any other exception is a crash: retryable, consuming an attempt, with the
 //   exception's name and message (SPEC §4).
 // - Host errors (enqueue or progress refused) are thrown as `HostError`.
+// - Outbound HTTP: `http.js` beside this file (its own module, because it
+//   imports `wasi:http`: build such a handler with `-n handler-http`).
 //
 // Build with componentize-js, disabling the WASI features the host does not
 // grant by default: `componentize-js handler.js --wit wit -n handler
@@ -181,24 +183,33 @@ function jobError(e) {
   return { tag: "retryable", val: { message: text, retryAfterMs: undefined, consumesAttempt: true } };
 }
 
-/** The world's `handle` export, wrapping `fn(job) -> JSON-serialisable | undefined`. */
+function rethrowAsJobError(e) {
+  const payload = jobError(e);
+  const err = new Error(payload.val.message);
+  err.payload = payload;
+  throw err;
+}
+
+const encodeResult = (value) =>
+  value === undefined || value === null ? undefined : JSON.stringify(value);
+
+/**
+ * The world's `handle` export, wrapping `fn(job) -> JSON-serialisable | undefined`.
+ * `fn` may be `async`: componentize-js runs the event loop until the
+ * returned Promise settles, and a rejection is a thrown error.
+ */
 export function handler(fn) {
   return function handle(raw) {
     let value;
     try {
       value = fn(new Job(raw));
-      if (value && typeof value.then === "function") {
-        throw new TypeError("the handler returned a Promise: async handlers are not supported, return the value");
-      }
     } catch (e) {
-      const payload = jobError(e);
-      const err = new Error(payload.val.message);
-      err.payload = payload;
-      throw err;
+      rethrowAsJobError(e);
     }
-    if (value === undefined || value === null) {
-      return undefined;
+    if (value && typeof value.then === "function") {
+      return value.then(encodeResult, rethrowAsJobError);
     }
-    return JSON.stringify(value);
+    return encodeResult(value);
   };
 }
+

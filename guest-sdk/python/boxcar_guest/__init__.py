@@ -17,6 +17,8 @@ class componentize-py looks for::
 - Any other exception is a crash: retryable, consuming an attempt, with the
   exception's type and message (SPEC §4); its traceback is logged.
 - Host refusals (enqueue/progress) raise ``HostError``.
+- Outbound HTTP: ``from boxcar_guest import http`` (see its docstring; the
+  handler is built against the ``handler-http`` world).
 
 Build (from the repository root)::
 
@@ -34,7 +36,13 @@ from typing import Any, Callable, List, Optional
 import wit_world
 from componentize_py_types import Err
 from wit_world.imports import host
-from wit_world.imports import types as wit
+
+try:
+    from wit_world.imports import types as wit
+except ImportError:
+    # The `handler-http` world also imports `wasi:http/types`, so
+    # componentize-py qualifies the name of ours.
+    from wit_world.imports import boxcar_handler_types as wit  # type: ignore[no-redef]
 
 __all__ = [
     "WitWorld",

@@ -3,7 +3,9 @@
 //!
 //! Optional argument: a scale factor for the run counts (default 1.0), e.g.
 //! `cargo bench -p boxcar-sandbox -- 0.1` for a quick look; `per-job` runs
-//! only the per-job figures.
+//! only the per-job figures; `polyglot` only the Rust / Python / JavaScript
+//! echo comparison (deploy-time compile and per-job cost; the Python and JS
+//! rows need their example handlers built, see `boxcar-examples`).
 
 use std::{
     sync::Arc,
@@ -198,12 +200,91 @@ async fn abort_latency(services: &Arc<dyn JobServices>, runs: usize) {
     );
 }
 
+/// Minor page faults of this process so far (`/proc/self/stat` field 10);
+/// 0 where that file does not exist.
+fn minor_faults() -> u64 {
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            // Fields after the parenthesised command name, which may hold spaces.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            rest.split_whitespace().nth(7)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// Deploy (compile from scratch, then load the cached compile) and per-job
+/// cost of the Rust, Python and JavaScript `echo` handlers.
+async fn polyglot(runs: usize, services: &Arc<dyn JobServices>) {
+    let limits = HandlerLimits {
+        memory: 256 << 20,
+        ..HandlerLimits::default()
+    };
+    let cache = tempfile_dir("boxcar-bench-polyglot-cache");
+    let sb = Sandbox::new(SandboxConfig {
+        cache_dir: Some(cache.clone()),
+        ..SandboxConfig::default()
+    })
+    .expect("sandbox");
+    for name in ["echo", "py.echo", "js.echo"] {
+        if !boxcar_examples::has(name) {
+            println!("{name:<8} not built (its toolchain was missing when boxcar-examples was built): skipped");
+            continue;
+        }
+        let bytes = boxcar_examples::bytes(name);
+        let t = Instant::now();
+        sb.load(&bytes, limits.clone(), Capabilities::default())
+            .expect("compile");
+        let compile = t.elapsed();
+        let t = Instant::now();
+        let handler = sb
+            .load(&bytes, limits.clone(), Capabilities::default())
+            .expect("cached load");
+        let cached = t.elapsed();
+        let payload = r#"{"hello":"world"}"#;
+        for _ in 0..50 {
+            let _ = handler
+                .run(job(name, payload, Duration::from_secs(30)), ctx(services))
+                .await;
+        }
+        let faults_before = minor_faults();
+        let mut times = Vec::with_capacity(runs);
+        for _ in 0..runs {
+            let j = job(name, payload, Duration::from_secs(30));
+            let c = ctx(services);
+            let t = Instant::now();
+            let outcome = handler.run(j, c).await;
+            times.push(t.elapsed());
+            assert!(matches!(outcome, Outcome::Succeeded { .. }), "{outcome:?}");
+        }
+        let faults = (minor_faults() - faults_before) as f64 / runs as f64;
+        println!(
+            "{name:<8} {:>5.1} MB  deploy: compile {compile:>8.1?}, cached load {cached:>7.1?}",
+            bytes.len() as f64 / 1e6
+        );
+        println!(
+            "{name:<8} instantiate+call {}  page faults/job {faults:.0}",
+            summary(times)
+        );
+    }
+    let _ = std::fs::remove_dir_all(&cache);
+}
+
+/// A fresh, empty directory under the system temp dir.
+fn tempfile_dir(prefix: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
 fn main() {
     let scale: f64 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
         .unwrap_or(1.0);
     let only_per_job = std::env::args().any(|a| a == "per-job");
+    let only_polyglot = std::env::args().any(|a| a == "polyglot");
     let n = |base: usize| ((base as f64 * scale) as usize).max(3);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -211,10 +292,15 @@ fn main() {
         .expect("runtime");
     let services: Arc<dyn JobServices> = Arc::new(NoServices);
     rt.block_on(async {
+        if only_polyglot {
+            polyglot(n(1_000), &services).await;
+            return;
+        }
         per_job(true, n(10_000), &services).await;
         per_job(false, n(10_000), &services).await;
         per_job_with_capabilities(n(10_000), &services).await;
         if !only_per_job {
+            polyglot(n(1_000), &services).await;
             epoch_overhead(&services, n(5)).await;
             abort_latency(&services, n(100)).await;
         }

@@ -2,7 +2,9 @@
 //! handlers run in the sandbox like the Rust ones: echo succeeds, flaky is
 //! retryable with its retry-after, refuse is terminal with code and details,
 //! fanout's logs, progress and enqueues reach the host (and a type outside
-//! `may_enqueue` is refused), spin is stopped at its deadline. Also prints
+//! `may_enqueue` is refused), spin is stopped at its deadline, fetch-title's
+//! HTTP helper reaches an allowed local server while a disallowed one — asked
+//! directly or through a redirect — is refused before any connection. Also prints
 //! (does not assert) the per-job instantiate + call time of the echo
 //! handlers.
 //!
@@ -19,10 +21,16 @@ use std::{
 use boxcar_queue::{
     ChildJobRequest, ChildSummary, Handler, JobContext, JobRun, JobServices, ServiceError,
 };
-use boxcar_sandbox::{Capabilities, HandlerLimits, LoadedHandler, Outcome, Sandbox, SandboxConfig};
+use boxcar_sandbox::{
+    Capabilities, HandlerLimits, HttpOrigin, LoadedHandler, Outcome, Sandbox, SandboxConfig,
+};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
+
+#[path = "support/http_server.rs"]
+mod http_server;
+use http_server::TestServer;
 
 /// Compiling a 12–20 MB guest uses every core, and the spin test measures
 /// a deadline: loads and timing-sensitive runs take this lock.
@@ -80,10 +88,9 @@ async fn example(lang: Lang, name: &str) -> Option<Arc<LoadedHandler>> {
     example_with(lang, name, Capabilities::default()).await
 }
 
-/// [`example`] with capabilities (memoised per name, so one set per name).
-async fn example_with(lang: Lang, name: &str, caps: Capabilities) -> Option<Arc<LoadedHandler>> {
-    let job_type = format!("{}.{name}", lang.prefix());
-    if !boxcar_examples::has(&job_type) {
+/// True when `job_type` was built; otherwise prints why not (panics in CI).
+fn built(lang: Lang, job_type: &str) -> bool {
+    if !boxcar_examples::has(job_type) {
         let why = format!(
             "`{job_type}` was not built: {} was not found when boxcar-examples was built \
              (see its cargo warnings)",
@@ -91,6 +98,25 @@ async fn example_with(lang: Lang, name: &str, caps: Capabilities) -> Option<Arc<
         );
         assert!(!in_ci(), "CI=true: {why}");
         eprintln!("SKIP {why}");
+        return false;
+    }
+    true
+}
+
+/// Loads `job_type` with `caps`, not memoised (the compiled code comes from
+/// the on-disk cache after the first load).
+async fn load_fresh(job_type: &str, caps: Capabilities) -> Arc<LoadedHandler> {
+    let _cpu = CPU.lock().await;
+    let bytes = boxcar_examples::bytes(job_type);
+    sandbox()
+        .load(&bytes, limits(), caps)
+        .unwrap_or_else(|e| panic!("{job_type} loads: {e}"))
+}
+
+/// [`example`] with capabilities (memoised per name, so one set per name).
+async fn example_with(lang: Lang, name: &str, caps: Capabilities) -> Option<Arc<LoadedHandler>> {
+    let job_type = format!("{}.{name}", lang.prefix());
+    if !built(lang, &job_type) {
         return None;
     }
     static LOADED: OnceLock<Mutex<HashMap<String, Arc<LoadedHandler>>>> = OnceLock::new();
@@ -420,6 +446,93 @@ async fn spin_times_out_at_200ms(lang: Lang) {
     }
 }
 
+fn http_caps(origins: &[String]) -> Capabilities {
+    Capabilities {
+        http: origins
+            .iter()
+            .map(|o| HttpOrigin::parse(o).expect("origin parses"))
+            .collect(),
+        ..Capabilities::default()
+    }
+}
+
+fn assert_refused(job_type: &str, outcome: &Outcome) {
+    match outcome {
+        Outcome::Terminal { message, code, .. } => {
+            assert_eq!(
+                code.as_deref(),
+                Some("http-refused"),
+                "{job_type}: {message}"
+            );
+            assert!(
+                message.contains("refused by the host"),
+                "{job_type}: {message}"
+            );
+        }
+        other => panic!("{job_type}: expected a refused request, got {other:?}"),
+    }
+}
+
+async fn fetch_title_obeys_the_allow_list(lang: Lang) {
+    let job_type = format!("{}.fetch-title", lang.prefix());
+    if !built(lang, &job_type) {
+        return;
+    }
+    let allowed = TestServer::start().await;
+    let other = TestServer::start().await;
+    let h = load_fresh(&job_type, http_caps(&[allowed.origin()])).await;
+    let fetch = |url: String| {
+        let payload = json!({ "url": url }).to_string();
+        job(&job_type, &payload, Duration::from_secs(10))
+    };
+
+    // An allowed host answers.
+    let outcome = h.run(fetch(allowed.url("/title")), ctx()).await;
+    match &outcome {
+        Outcome::Succeeded {
+            result: Some(result),
+        } => {
+            let result = parse(result);
+            assert_eq!(result["title"], "Hello boxcar", "{job_type}");
+            assert_eq!(result["status"], 200, "{job_type}");
+        }
+        other => panic!("{job_type}: expected the page title, got {other:?}"),
+    }
+    assert_eq!(allowed.accepted(), 1, "{job_type}");
+
+    // A host not on the list is refused before any connection.
+    let outcome = h.run(fetch(other.url("/title")), ctx()).await;
+    assert_refused(&job_type, &outcome);
+    assert_eq!(
+        other.accepted(),
+        0,
+        "{job_type}: the refused host saw a connection"
+    );
+
+    // A redirect within the list is followed; one off the list is refused.
+    let within = allowed.url(&format!("/redirect?to={}", allowed.url("/title")));
+    let outcome = h.run(fetch(within), ctx()).await;
+    assert!(
+        matches!(&outcome, Outcome::Succeeded { result: Some(r) } if parse(r)["title"] == "Hello boxcar"),
+        "{job_type}: {outcome:?}"
+    );
+    let away = allowed.url(&format!("/redirect?to={}", other.url("/title")));
+    let outcome = h.run(fetch(away), ctx()).await;
+    assert_refused(&job_type, &outcome);
+    assert_eq!(
+        other.accepted(),
+        0,
+        "{job_type}: the redirect reached the refused host"
+    );
+    assert_eq!(allowed.accepted(), 4, "{job_type}");
+
+    // Granted nothing, the same handler reaches nothing.
+    let none = load_fresh(&job_type, Capabilities::default()).await;
+    let outcome = none.run(fetch(allowed.url("/title")), ctx()).await;
+    assert_refused(&job_type, &outcome);
+    assert_eq!(allowed.accepted(), 4, "{job_type}");
+}
+
 /// Not an assertion: prints the per-job host time (fresh instance +
 /// `handle` call) of the echo handler.
 async fn measure_echo(lang: Lang) {
@@ -503,6 +616,16 @@ async fn python_spin_times_out_at_200ms() {
 #[tokio::test]
 async fn js_spin_times_out_at_200ms() {
     spin_times_out_at_200ms(Lang::Js).await;
+}
+
+#[tokio::test]
+async fn python_fetch_title_obeys_the_allow_list() {
+    fetch_title_obeys_the_allow_list(Lang::Python).await;
+}
+
+#[tokio::test]
+async fn js_fetch_title_obeys_the_allow_list() {
+    fetch_title_obeys_the_allow_list(Lang::Js).await;
 }
 
 #[tokio::test]

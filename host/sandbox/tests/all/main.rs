@@ -5,6 +5,8 @@
 mod capabilities;
 mod common;
 mod hostile;
+#[path = "../support/http_server.rs"]
+mod http_server;
 mod loading;
 mod outcomes;
 mod timing;
