@@ -108,6 +108,7 @@ struct RawSandbox {
     pooling: Option<bool>,
     cache_dir: Option<PathBuf>,
     fuel: Option<bool>,
+    keep_resident: Option<ByteSize>,
 }
 
 #[derive(Deserialize)]
@@ -134,6 +135,9 @@ pub struct SandboxSettings {
     pub cache_dir: Option<PathBuf>,
     /// Enable fuel metering (needed by manifests that set `limits.fuel`).
     pub fuel: bool,
+    /// Per pool slot, bytes of linear memory reset in place between jobs
+    /// (`None`: the sandbox default).
+    pub keep_resident: Option<usize>,
 }
 
 /// A resolved, validated configuration.
@@ -246,6 +250,15 @@ impl Config {
             pooling: raw.sandbox.pooling.unwrap_or(true),
             cache_dir: raw.sandbox.cache_dir,
             fuel: raw.sandbox.fuel.unwrap_or(false),
+            keep_resident: match raw.sandbox.keep_resident {
+                None => None,
+                Some(ByteSize(bytes)) if bytes <= 1 << 30 => usize::try_from(bytes).ok(),
+                Some(ByteSize(bytes)) => {
+                    return Err(invalid(format!(
+                        "invalid option `sandbox.keep_resident`: {bytes} bytes is more than 1GiB"
+                    )))
+                }
+            },
         };
         if sandbox.epoch_tick.is_zero() {
             return Err(invalid(
@@ -486,6 +499,10 @@ mod tests {
                 "retention.statuses",
             ),
             ("[sandbox]\nepoch_tick = \"0ms\"\n", "sandbox.epoch_tick"),
+            (
+                "[sandbox]\nkeep_resident = \"2GiB\"\n",
+                "sandbox.keep_resident",
+            ),
             ("token = \"short\"\n", "token"),
             (
                 "[pools.api]\nconcurrency = 0\ntypes = [\"a\"]\n",

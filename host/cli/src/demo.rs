@@ -104,6 +104,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             pooling: true,
             cache_dir: None,
             fuel: false,
+            keep_resident: None,
         },
     ))?);
     let deployer = Deployer::new(handlers.clone(), sandbox, registry.clone(), queue.clone());

@@ -43,6 +43,9 @@ pub fn sandbox_config(settings: &SandboxSettings) -> SandboxConfig {
         pooling: settings.pooling,
         cache_dir: Some(settings.cache_dir.clone().unwrap_or_else(default_cache_dir)),
         fuel: settings.fuel,
+        memory_keep_resident: settings
+            .keep_resident
+            .unwrap_or(SandboxConfig::default().memory_keep_resident),
         ..SandboxConfig::default()
     }
 }

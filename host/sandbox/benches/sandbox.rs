@@ -4,8 +4,10 @@
 //! Optional argument: a scale factor for the run counts (default 1.0), e.g.
 //! `cargo bench -p boxcar-sandbox -- 0.1` for a quick look; `per-job` runs
 //! only the per-job figures; `polyglot` only the Rust / Python / JavaScript
-//! echo comparison (deploy-time compile and per-job cost; the Python and JS
-//! rows need their example handlers built, see `boxcar-examples`).
+//! echo comparison (deploy-time compile and per-job cost, then the
+//! interpreters again with other `memory_keep_resident` values; the Python
+//! and JS rows need their example handlers built, see `boxcar-examples`).
+//! Naming `echo`, `py.echo` or `js.echo` restricts it to those.
 
 use std::{
     sync::Arc,
@@ -213,34 +215,53 @@ fn minor_faults() -> u64 {
         .unwrap_or(0)
 }
 
-/// Deploy (compile from scratch, then load the cached compile) and per-job
-/// cost of the Rust, Python and JavaScript `echo` handlers.
-async fn polyglot(runs: usize, services: &Arc<dyn JobServices>) {
+/// Deploy (compile, then load the compiled code from the cache) and per-job
+/// cost of the `names` echo handlers, with `keep_resident` bytes of linear
+/// memory reset in place per pool slot. `cache` is shared by calls: a
+/// module's first call compiles, later ones report a cache hit.
+async fn polyglot(
+    runs: usize,
+    services: &Arc<dyn JobServices>,
+    cache: &std::path::Path,
+    keep_resident: usize,
+    names: &[&str],
+) {
+    println!("memory_keep_resident = {} MiB", keep_resident >> 20);
     let limits = HandlerLimits {
         memory: 256 << 20,
         ..HandlerLimits::default()
     };
-    let cache = tempfile_dir("boxcar-bench-polyglot-cache");
     let sb = Sandbox::new(SandboxConfig {
-        cache_dir: Some(cache.clone()),
+        cache_dir: Some(cache.to_path_buf()),
+        memory_keep_resident: keep_resident,
         ..SandboxConfig::default()
     })
     .expect("sandbox");
-    for name in ["echo", "py.echo", "js.echo"] {
+    for &name in names {
         if !boxcar_examples::has(name) {
-            println!("{name:<8} not built (its toolchain was missing when boxcar-examples was built): skipped");
+            println!(
+                "{name:<8} not built (its toolchain was missing when boxcar-examples was built): skipped"
+            );
             continue;
         }
         let bytes = boxcar_examples::bytes(name);
-        let t = Instant::now();
-        sb.load(&bytes, limits.clone(), Capabilities::default())
-            .expect("compile");
-        let compile = t.elapsed();
-        let t = Instant::now();
-        let handler = sb
-            .load(&bytes, limits.clone(), Capabilities::default())
+        let (_, first) = sb
+            .load_with_report(&bytes, limits.clone(), Capabilities::default())
+            .expect("load");
+        let (handler, cached) = sb
+            .load_with_report(&bytes, limits.clone(), Capabilities::default())
             .expect("cached load");
-        let cached = t.elapsed();
+        let how = if first.cache_hit {
+            "cache hit"
+        } else {
+            "compile"
+        };
+        println!(
+            "{name:<8} {:>5.1} MB  deploy: {how} {:>8.1?}, then cached load {:>7.1?}",
+            bytes.len() as f64 / 1e6,
+            first.compile_time,
+            cached.compile_time
+        );
         let payload = r#"{"hello":"world"}"#;
         for _ in 0..50 {
             let _ = handler
@@ -257,21 +278,16 @@ async fn polyglot(runs: usize, services: &Arc<dyn JobServices>) {
             times.push(t.elapsed());
             assert!(matches!(outcome, Outcome::Succeeded { .. }), "{outcome:?}");
         }
-        let faults = (minor_faults() - faults_before) as f64 / runs as f64;
-        println!(
-            "{name:<8} {:>5.1} MB  deploy: compile {compile:>8.1?}, cached load {cached:>7.1?}",
-            bytes.len() as f64 / 1e6
-        );
+        let faults = minor_faults().saturating_sub(faults_before) as f64 / runs as f64;
         println!(
             "{name:<8} instantiate+call {}  page faults/job {faults:.0}",
             summary(times)
         );
     }
-    let _ = std::fs::remove_dir_all(&cache);
 }
 
 /// A fresh, empty directory under the system temp dir.
-fn tempfile_dir(prefix: &str) -> std::path::PathBuf {
+fn fresh_temp_dir(prefix: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
@@ -292,17 +308,36 @@ fn main() {
         .expect("runtime");
     let services: Arc<dyn JobServices> = Arc::new(NoServices);
     rt.block_on(async {
+        let all_echoes = ["echo", "py.echo", "js.echo"];
+        let picked: Vec<&str> = all_echoes
+            .iter()
+            .copied()
+            .filter(|name| std::env::args().any(|a| a == *name))
+            .collect();
+        let echoes: Vec<&str> = if picked.is_empty() {
+            all_echoes.to_vec()
+        } else {
+            picked
+        };
+        let default_keep = SandboxConfig::default().memory_keep_resident;
+        let cache = fresh_temp_dir("boxcar-bench-polyglot-cache");
         if only_polyglot {
-            polyglot(n(1_000), &services).await;
+            polyglot(n(1_000), &services, &cache, default_keep, &echoes).await;
+            let interpreters: Vec<&str> = echoes.iter().copied().filter(|n| *n != "echo").collect();
+            for keep in [0, 8 << 20, 128 << 20] {
+                polyglot(n(1_000), &services, &cache, keep, &interpreters).await;
+            }
+            let _ = std::fs::remove_dir_all(&cache);
             return;
         }
         per_job(true, n(10_000), &services).await;
         per_job(false, n(10_000), &services).await;
         per_job_with_capabilities(n(10_000), &services).await;
         if !only_per_job {
-            polyglot(n(1_000), &services).await;
+            polyglot(n(1_000), &services, &cache, default_keep, &echoes).await;
             epoch_overhead(&services, n(5)).await;
             abort_latency(&services, n(100)).await;
         }
+        let _ = std::fs::remove_dir_all(&cache);
     });
 }
