@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 use super::{
     chrono_dur, CancelParams, CancelTarget, CancelledJob, ClaimParams, ClaimResult, CompleteParams,
     FailParams, InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams,
-    RetryParams, StoreError, StoreEvent, TxConn, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
+    RetryParams, StoreError, StoreEvent, TxConn, EXPIRED_CODE, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
@@ -323,6 +323,7 @@ impl JobStore for MemoryStore {
             if cand.expires_at.is_some_and(|e| e <= now) {
                 if let Some(job) = st.jobs.get_mut(&id) {
                     finish(job, JobStatus::Failed, Some(EXPIRED_ERROR.into()), now);
+                    job.error_code = Some(EXPIRED_CODE.into());
                     res.expired.push(job.clone());
                     finished.push(id.clone());
                 }

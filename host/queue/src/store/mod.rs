@@ -487,6 +487,10 @@ pub const LEASE_EXPIRED_ERROR: &str =
 /// The error stored on a job whose start deadline passed.
 pub const EXPIRED_ERROR: &str = "expired: the job was not started before its expires_at";
 
+/// The `error_code` stored with [`EXPIRED_ERROR`], so dashboards and
+/// `jobs --status failed` can tell expiry from handler failures.
+pub const EXPIRED_CODE: &str = "expired";
+
 pub(crate) fn chrono_dur(d: Duration) -> chrono::Duration {
     chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }

@@ -28,7 +28,7 @@ use tokio::sync::broadcast;
 use super::{
     CancelParams, CancelTarget, CancelledJob, ClaimParams, ClaimResult, CompleteParams, FailParams,
     InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
-    StoreError, StoreEvent, TxConn, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
+    StoreError, StoreEvent, TxConn, EXPIRED_CODE, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
 };
 use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
@@ -536,6 +536,7 @@ impl JobStore for PostgresStore {
              UPDATE {t} j SET \
                status = CASE WHEN {exp} THEN 'failed' ELSE 'running' END, \
                last_error = CASE WHEN {exp} THEN $3 ELSE j.last_error END, \
+               error_code = CASE WHEN {exp} THEN $7 ELSE j.error_code END, \
                finished_at = CASE WHEN {exp} THEN now() ELSE NULL END, \
                lease_owner = CASE WHEN {exp} THEN NULL ELSE $4 END, \
                lease_expires_at = CASE WHEN {exp} THEN NULL ELSE now() + $5 * interval '1 millisecond' END, \
@@ -553,6 +554,7 @@ impl JobStore for PostgresStore {
             .bind(&p.worker_id)
             .bind(dur_ms(p.lease))
             .bind(&p.handler_version)
+            .bind(EXPIRED_CODE)
             .fetch_all(&self.fast)
             .await?;
         let mut res = ClaimResult::default();

@@ -29,7 +29,7 @@ use tokio::sync::broadcast;
 use super::{
     CancelParams, CancelTarget, CancelledJob, ClaimParams, ClaimResult, CompleteParams, FailParams,
     InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
-    StoreError, StoreEvent, TxConn, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
+    StoreError, StoreEvent, TxConn, EXPIRED_CODE, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
 };
 use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
@@ -362,6 +362,7 @@ impl JobStore for SqliteStore {
             "UPDATE boxcar_jobs SET \
                status = CASE WHEN expires_at <= ?1 THEN 'failed' ELSE 'running' END, \
                last_error = CASE WHEN expires_at <= ?1 THEN ?2 ELSE last_error END, \
+               error_code = CASE WHEN expires_at <= ?1 THEN ?8 ELSE error_code END, \
                finished_at = CASE WHEN expires_at <= ?1 THEN ?1 ELSE NULL END, \
                lease_owner = CASE WHEN expires_at <= ?1 THEN NULL ELSE ?3 END, \
                lease_expires_at = CASE WHEN expires_at <= ?1 THEN NULL ELSE ?4 END, \
@@ -383,6 +384,7 @@ impl JobStore for SqliteStore {
             .bind(&p.handler_version)
             .bind(&p.job_type)
             .bind(i64::from(p.limit))
+            .bind(EXPIRED_CODE)
             .fetch_all(&self.pool)
             .await?;
         let mut res = ClaimResult::default();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use boxcar_queue::guards::{ClaimGuards, PoolGuard, PoolStatus};
 use boxcar_queue::store::{
     CancelParams, CancelTarget, ClaimParams, CompleteParams, Completed, FailParams, RenewParams,
-    RescueParams, RetryParams, LEASE_EXPIRED_ERROR,
+    RescueParams, RetryParams, EXPIRED_CODE, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
 };
 use boxcar_queue::{
     EnqueueError, HandlerEventKind, JobFilter, JobStatus, NewJob, PoolConfig, Queue, QueueError,
@@ -365,8 +365,27 @@ async fn expiry(fx: &Fixture) {
     assert_eq!(c.expired.len(), 1);
     let j = fx.store.get(&id).await.unwrap().unwrap();
     assert_eq!(j.status, JobStatus::Failed);
-    assert!(j.last_error.unwrap_or_default().starts_with("expired"));
+    assert_eq!(j.last_error.as_deref(), Some(EXPIRED_ERROR));
+    assert_eq!(j.error_code.as_deref(), Some(EXPIRED_CODE));
     assert_eq!(j.attempts, 0, "an expired job never started");
+
+    // The guarded claim path expires the same way.
+    let late = add(
+        &q,
+        job("g").expires_at(Utc::now() - chrono::Duration::seconds(1)),
+    )
+    .await;
+    let c = fx
+        .store
+        .claim_batch(guarded("g", 10, live_scope_guard()))
+        .await
+        .unwrap();
+    assert!(c.claimed.is_empty());
+    assert_eq!(c.expired.len(), 1);
+    let j = fx.store.get(&late).await.unwrap().unwrap();
+    assert_eq!(j.status, JobStatus::Failed);
+    assert_eq!(j.last_error.as_deref(), Some(EXPIRED_ERROR));
+    assert_eq!(j.error_code.as_deref(), Some(EXPIRED_CODE));
 }
 
 async fn retry_failed_and_prune(fx: &Fixture) {

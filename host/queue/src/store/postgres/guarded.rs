@@ -13,7 +13,7 @@ use sqlx::PgConnection;
 use super::{cols, dur_ms, job_from_row, PostgresStore, LIVE};
 use crate::guards::{scope_key, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::Job;
-use crate::store::{ClaimParams, ClaimResult, StoreError, EXPIRED_ERROR};
+use crate::store::{ClaimParams, ClaimResult, StoreError, EXPIRED_CODE, EXPIRED_ERROR};
 
 enum Verdict {
     Admit,
@@ -201,12 +201,13 @@ pub(super) async fn claim(
         }
         if cand.expires_at.is_some_and(|e| e <= now) {
             let row = sqlx::query(&format!(
-                "UPDATE {t} SET status = 'failed', last_error = $1, finished_at = now(), updated_at = now() \
+                "UPDATE {t} SET status = 'failed', last_error = $1, error_code = $3, finished_at = now(), updated_at = now() \
                  WHERE id = $2 AND status = 'pending' RETURNING {}",
                 cols("")
             ))
             .bind(EXPIRED_ERROR)
             .bind(&cand.id)
+            .bind(EXPIRED_CODE)
             .fetch_optional(&mut *tx)
             .await?;
             if let Some(r) = row {

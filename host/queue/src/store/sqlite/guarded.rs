@@ -12,7 +12,7 @@ use sqlx::{Row, SqliteConnection};
 use super::{dur_ms, from_ms, job_from_row, json_list, ms, SqliteStore, COLS, LIVE};
 use crate::guards::{scope_key, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{Job, JobStatus};
-use crate::store::{ClaimParams, ClaimResult, StoreError, StoreEvent, EXPIRED_ERROR};
+use crate::store::{ClaimParams, ClaimResult, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR};
 
 const WINDOW_MS: i64 = 60_000;
 
@@ -217,12 +217,13 @@ pub(super) async fn claim(store: &SqliteStore, p: ClaimParams) -> Result<ClaimRe
         }
         if cand.expires_at.is_some_and(|e| ms(e) <= now) {
             let row = sqlx::query(&format!(
-                "UPDATE boxcar_jobs SET status = 'failed', last_error = ?1, finished_at = ?2, updated_at = ?2 \
+                "UPDATE boxcar_jobs SET status = 'failed', last_error = ?1, error_code = ?4, finished_at = ?2, updated_at = ?2 \
                  WHERE id = ?3 AND status = 'pending' RETURNING {COLS}"
             ))
             .bind(EXPIRED_ERROR)
             .bind(now)
             .bind(&cand.id)
+            .bind(EXPIRED_CODE)
             .fetch_optional(&mut *tx)
             .await?;
             if let Some(r) = row {
