@@ -52,8 +52,11 @@ fn init_tracing(command: &cli::Command) {
         _ => "warn",
     };
     let filter = EnvFilter::try_from_env("BOXCAR_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    // Spans close with their timings: `BOXCAR_LOG=info,boxcar_queue::store=debug`
+    // prints every database round trip (`store.<method>`) and how long it took.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
         .with_writer(std::io::stderr)
         .try_init();
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::memory::MemoryStore;
 use super::postgres::{PostgresStore, DEFAULT_SCHEMA};
 use super::sqlite::SqliteStore;
+use super::traced::TracedStore;
 use super::{JobStore, StoreError};
 
 fn redact(url: &str) -> String {
@@ -38,11 +39,17 @@ fn split_schema(url: &str) -> (String, Option<String>) {
     }
 }
 
-/// Opens the store named by `url` without migrating it.
+/// Opens the store named by `url` without migrating it, wrapped in a
+/// [`TracedStore`] (a `store.<method>` span per call).
 ///
 /// # Errors
 /// The URL is not understood or the database cannot be opened.
 pub async fn open_store(url: &str) -> Result<Arc<dyn JobStore>, StoreError> {
+    let store = open_untraced(url).await?;
+    Ok(Arc::new(TracedStore::new(store)))
+}
+
+async fn open_untraced(url: &str) -> Result<Arc<dyn JobStore>, StoreError> {
     if url == "memory://" || url == "memory:" {
         return Ok(Arc::new(MemoryStore::new()));
     }

@@ -18,6 +18,7 @@ pub mod memory;
 pub mod postgres;
 pub mod schedules;
 pub mod sqlite;
+pub mod traced;
 
 use std::time::Duration;
 

@@ -9,3 +9,4 @@ mod migrate;
 mod multiprocess;
 mod schedules;
 mod support;
+mod traced;

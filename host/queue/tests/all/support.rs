@@ -7,6 +7,7 @@ use std::time::Duration;
 use boxcar_queue::store::memory::MemoryStore;
 use boxcar_queue::store::postgres::PostgresStore;
 use boxcar_queue::store::sqlite::SqliteStore;
+use boxcar_queue::store::traced::TracedStore;
 use boxcar_queue::{JobStore, Queue, QueueOptions};
 
 /// Which backend a fixture uses.
@@ -32,6 +33,12 @@ pub fn database_url() -> Option<String> {
     }
 }
 
+/// Every test store goes through the tracing decorator, as stores from
+/// `open_store` do: the suites prove it delegates faithfully.
+fn traced(store: Arc<dyn JobStore>) -> Arc<dyn JobStore> {
+    Arc::new(TracedStore::new(store))
+}
+
 /// One test's database.
 pub struct Fixture {
     pub backend: Backend,
@@ -47,7 +54,7 @@ impl Fixture {
         match backend {
             Backend::Memory => Some(Self {
                 backend,
-                store: Arc::new(MemoryStore::new()),
+                store: traced(Arc::new(MemoryStore::new())),
                 url: "memory://".into(),
                 _dir: None,
                 pg: None,
@@ -60,7 +67,7 @@ impl Fixture {
                 store.migrate().await.expect("migrate sqlite");
                 Some(Self {
                     backend,
-                    store: Arc::new(store),
+                    store: traced(Arc::new(store)),
                     url,
                     _dir: Some(dir),
                     pg: None,
@@ -78,7 +85,7 @@ impl Fixture {
                 let sep = if base.contains('?') { '&' } else { '?' };
                 Some(Self {
                     backend,
-                    store: store.clone(),
+                    store: traced(store.clone()),
                     url: format!("{base}{sep}schema={schema}"),
                     _dir: None,
                     pg: Some(store),
