@@ -8,6 +8,7 @@ mod api;
 mod cli;
 mod deploy;
 mod fleet;
+mod polyglot;
 mod pools;
 mod results;
 mod schedules;

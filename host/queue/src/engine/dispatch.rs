@@ -9,9 +9,11 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::broadcast::error::RecvError;
+// tokio's clock, so a paused-time test can cover the once-a-minute repeat.
+use tokio::time::Instant;
 
 use super::{run, Engine};
 use crate::observer::{LifecycleEvent, LifecycleOutcome};

@@ -11,6 +11,8 @@
 //!   due several times while no host ran gets one catch-up job;
 //! - a schedule's job is enqueued whether or not any host handles its type
 //!   (it waits); the job carries `schedule_id` and is due at its tick;
+//! - a pass reads only due schedules (indexed on `next_run_at`), at most
+//!   [`DUE_PER_PASS`];
 //! - a failure is logged and retried at the next pass, never fatal.
 
 use std::sync::Arc;
@@ -25,6 +27,9 @@ use crate::store::schedules::{
     DeclaredSchedule, FireSchedule, ReconcileReport, ReconcileSchedules,
 };
 use crate::store::{InsertJob, JobStore, StoreError};
+
+/// Most due schedules one pass fires; the rest are fired by the next pass.
+pub const DUE_PER_PASS: u32 = 1_000;
 
 /// A job a scheduler pass enqueued.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,15 +93,17 @@ impl Scheduler {
         self.store().list_schedules().await
     }
 
-    /// One pass: fires every schedule whose `next_run_at` is due. Returns
-    /// the jobs this pass enqueued (ticks another host won are skipped).
+    /// One pass: fires the schedules whose `next_run_at` is due (at most
+    /// [`DUE_PER_PASS`], earliest first; the store reads only due rows).
+    /// Returns the jobs this pass enqueued (ticks another host won are
+    /// skipped).
     ///
     /// # Errors
     /// The store failed; due ticks are retried at the next pass.
     pub async fn run_once(&self) -> Result<Vec<FiredTick>, StoreError> {
         let now = self.store().now().await?;
         let mut fired = Vec::new();
-        for rec in self.list().await? {
+        for rec in self.store().due_schedules(now, DUE_PER_PASS).await? {
             let Some(tick) = rec.next_run_at.filter(|t| *t <= now) else {
                 continue;
             };

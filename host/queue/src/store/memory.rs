@@ -743,6 +743,14 @@ impl JobStore for MemoryStore {
         Ok(self.list_schedules_mem())
     }
 
+    async fn due_schedules(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>, StoreError> {
+        Ok(self.due_schedules_mem(now, limit))
+    }
+
     async fn fire_schedule(&self, params: FireSchedule) -> Result<Option<AddResult>, StoreError> {
         self.fire_schedule_mem(params).await
     }

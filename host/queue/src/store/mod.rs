@@ -455,6 +455,18 @@ pub trait JobStore: Send + Sync + 'static {
     /// The database failed.
     async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError>;
 
+    /// Schedules whose `next_run_at` is at or before `now`, earliest first,
+    /// at most `limit` (an index on `next_run_at` keeps this cheap however
+    /// many schedules exist).
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn due_schedules(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>, StoreError>;
+
     /// Enqueues a due tick's job if `next_run_at` still equals the tick,
     /// moving it to the next tick in the same transaction. `None`: another
     /// host ran this tick (or the schedule is gone or was edited).

@@ -794,6 +794,14 @@ impl JobStore for SqliteStore {
         self.list_schedules_sql().await
     }
 
+    async fn due_schedules(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>, StoreError> {
+        self.due_schedules_sql(now, limit).await
+    }
+
     async fn fire_schedule(&self, params: FireSchedule) -> Result<Option<AddResult>, StoreError> {
         self.fire_schedule_sql(params).await
     }

@@ -235,6 +235,15 @@ impl JobStore for TracedStore {
         traced(span, self.inner.list_schedules()).await
     }
 
+    async fn due_schedules(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>, StoreError> {
+        let span = debug_span!("store.due_schedules", backend = self.backend(), limit);
+        traced(span, self.inner.due_schedules(now, limit)).await
+    }
+
     async fn fire_schedule(&self, params: FireSchedule) -> Result<Option<AddResult>, StoreError> {
         let span = debug_span!(
             "store.fire_schedule",

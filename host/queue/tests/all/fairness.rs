@@ -1,7 +1,8 @@
 //! Fairness, starvation and start-up validation of guards (SPEC §5, issue
 //! 5): the dispatcher's rotating type order keeps a concurrency-1 pool mate
 //! from being starved by a concurrency-50 one; a type blocked for
-//! `starvation_polls` polls logs one warning naming its blocker, not one per
+//! `starvation_polls` polls logs one warning naming its blocker (repeated
+//! once a minute while it stays blocked), not one per
 //! poll; a one-sided `not_while_running` is logged naming both handlers; a
 //! `waits_for` cycle and every bad pool declaration are refused.
 
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use boxcar_queue::store::ClaimParams;
 use boxcar_queue::{
-    ClaimGuards, Handler, HandlerSettings, JobContext, JobRun, NewJob, Outcome, PoolConfig,
+    ClaimGuards, Handler, HandlerSettings, JobContext, JobRun, NewJob, Outcome, PoolConfig, Queue,
     Registry, RegistryError, Scope, Worker, WorkerOptions,
 };
 use futures::future::BoxFuture;
@@ -168,18 +169,14 @@ enum Blocker {
 const BLOCKED: &str = "starve.blocked";
 const HOLDER: &str = "starve.holder";
 
-async fn starving_type_warns_once(backend: Backend, blocker: Blocker) {
-    let Some(fx) = Fixture::new(backend).await else {
-        return;
-    };
-    let captured = Captured::default();
-    let _guard = captured.install();
-    let q = fx.queue();
-    let scope = Scope::new("account", "42");
-    q.add(NewJob::new(HOLDER, &json!({})).scope(scope.clone()))
-        .await
-        .unwrap();
-    // Another worker holds a live lease on the holder job for the whole test.
+/// Enqueues a `HOLDER` job (in `scope`, if any) and claims it as another
+/// worker with a 10-minute lease: it runs elsewhere for the whole test.
+async fn hold_elsewhere(fx: &Fixture, q: &Queue, scope: Option<Scope>) {
+    let mut holder = NewJob::new(HOLDER, &json!({}));
+    if let Some(scope) = scope {
+        holder = holder.scope(scope);
+    }
+    q.add(holder).await.unwrap();
     let held = fx
         .store
         .claim_batch(ClaimParams {
@@ -193,6 +190,17 @@ async fn starving_type_warns_once(backend: Backend, blocker: Blocker) {
         .await
         .unwrap();
     assert_eq!(held.claimed.len(), 1);
+}
+
+async fn starving_type_warns_once(backend: Backend, blocker: Blocker) {
+    let Some(fx) = Fixture::new(backend).await else {
+        return;
+    };
+    let captured = Captured::default();
+    let _guard = captured.install();
+    let q = fx.queue();
+    let scope = Scope::new("account", "42");
+    hold_elsewhere(&fx, &q, Some(scope.clone())).await;
     let blocked = q
         .add(NewJob::new(BLOCKED, &json!({})).scope(scope))
         .await
@@ -280,6 +288,56 @@ async fn starving_type_warns_once_naming_blocker_postgres() {
     for b in [Blocker::Type, Blocker::Scope, Blocker::Pool] {
         starving_type_warns_once(Backend::Postgres, b).await;
     }
+}
+
+/// The warning repeats once a minute while the type stays blocked (tokio's
+/// paused clock: two simulated minutes take no real time).
+#[tokio::test(start_paused = true)]
+async fn starvation_warning_repeats_once_a_minute() {
+    let Some(fx) = Fixture::new(Backend::Memory).await else {
+        return;
+    };
+    let captured = Captured::default();
+    let _guard = captured.install();
+    let q = fx.queue();
+    // Leases are wall-clock: this one outlives the simulated minutes.
+    hold_elsewhere(&fx, &q, None).await;
+    q.add(NewJob::new(BLOCKED, &json!({}))).await.unwrap();
+    let reg = Registry::new();
+    let h: Arc<dyn Handler> = Arc::new(boxcar_queue::bench::NoopHandler);
+    reg.register(
+        BLOCKED,
+        h,
+        HandlerSettings {
+            not_while_running: vec![HOLDER.into()],
+            ..HandlerSettings::default()
+        },
+    )
+    .unwrap();
+    reg.declare_elsewhere([HOLDER.to_string()]);
+    let w = Worker::start(
+        q.clone(),
+        reg,
+        WorkerOptions {
+            poll_interval: Duration::from_secs(1),
+            starvation_polls: 5,
+            shutdown_grace: Duration::from_millis(100),
+            ..WorkerOptions::default()
+        },
+    )
+    .unwrap();
+    // Blocked from t = 0: warnings near t = 4 s, 64 s and 124 s.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(captured.lines_with("starving").len(), 1, "after 30 s");
+    tokio::time::sleep(Duration::from_secs(100)).await;
+    w.shutdown().await;
+    let lines = captured.lines_with("starving");
+    assert_eq!(
+        lines.len(),
+        3,
+        "one warning per minute over 130 s: {lines:#?}"
+    );
+    fx.finish().await;
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! Schedules (SPEC §8) and results that cross the hop (SPEC §9) on every
 //! store: reconcile semantics, one job per tick across concurrent
-//! schedulers on separate connections, one catch-up job after downtime,
+//! schedulers on separate connections, one catch-up job after downtime, a
+//! due-only read of the schedule table,
 //! terminal error codes and details, expiry before the first start.
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -108,6 +109,51 @@ async fn reconcile_semantics(backend: Backend) {
         "same row: {backend:?}"
     );
     fx.finish().await;
+}
+
+/// The scheduler's read: only due rows, earliest first, bounded.
+async fn due_schedules_only(backend: Backend) {
+    let Some(fx) = Fixture::new(backend).await else {
+        return;
+    };
+    let s = Scheduler::new(fx.queue());
+    // Due one and two seconds after creation; `later` in an hour. The store
+    // is asked about ten seconds from now.
+    s.reconcile(
+        "cfg",
+        &[
+            every("a-due", Duration::from_secs(2)),
+            every("b-due", Duration::from_secs(1)),
+            every("later", Duration::from_secs(3600)),
+        ],
+    )
+    .await
+    .unwrap();
+    let now = fx.store.now().await.unwrap() + chrono::Duration::seconds(10);
+    let got = fx.store.due_schedules(now, 10).await.unwrap();
+    let names: Vec<&str> = got.iter().map(|r| r.def.id.as_str()).collect();
+    assert_eq!(
+        names,
+        ["b-due", "a-due"],
+        "{backend:?}: due only, earliest first"
+    );
+    let first = fx.store.due_schedules(now, 1).await.unwrap();
+    assert_eq!(first.len(), 1, "{backend:?}: bounded");
+    assert_eq!(first[0].def.id, "b-due", "{backend:?}");
+    let later = now + chrono::Duration::hours(2);
+    assert_eq!(
+        fx.store.due_schedules(later, 10).await.unwrap().len(),
+        3,
+        "{backend:?}"
+    );
+    fx.finish().await;
+}
+
+#[tokio::test]
+async fn due_schedules_reads_only_due_rows_earliest_first() {
+    for backend in ALL {
+        due_schedules_only(backend).await;
+    }
 }
 
 #[tokio::test]

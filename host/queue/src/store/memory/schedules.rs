@@ -4,6 +4,8 @@
 //! then inserted by `add_many`, which cannot fail for a schedule's job (no
 //! parent, no dedupe key), so the pair behaves as one step.
 
+use chrono::{DateTime, Utc};
+
 use crate::job::AddResult;
 use crate::schedule::ScheduleRecord;
 use crate::store::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
@@ -64,6 +66,19 @@ impl MemoryStore {
 
     pub(super) fn list_schedules_mem(&self) -> Vec<ScheduleRecord> {
         self.state.lock().schedules.values().cloned().collect()
+    }
+
+    pub(super) fn due_schedules_mem(&self, now: DateTime<Utc>, limit: u32) -> Vec<ScheduleRecord> {
+        let st = self.state.lock();
+        let mut due: Vec<ScheduleRecord> = st
+            .schedules
+            .values()
+            .filter(|r| r.next_run_at.is_some_and(|t| t <= now))
+            .cloned()
+            .collect();
+        due.sort_by(|a, b| (a.next_run_at, &a.def.id).cmp(&(b.next_run_at, &b.def.id)));
+        due.truncate(limit as usize);
+        due
     }
 
     pub(super) async fn fire_schedule_mem(

@@ -6,6 +6,7 @@
 //! lock of a concurrent fire and then re-checks its condition, finding the
 //! tick already moved: one job per tick across the fleet.
 
+use chrono::{DateTime, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
@@ -139,6 +140,24 @@ impl PostgresStore {
             "SELECT {COLS} FROM {} ORDER BY id",
             self.schedules_table()
         ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(record_from_row).collect()
+    }
+
+    pub(super) async fn due_schedules_sql(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLS} FROM {} \
+             WHERE next_run_at IS NOT NULL AND next_run_at <= $1 \
+             ORDER BY next_run_at, id LIMIT $2",
+            self.schedules_table()
+        ))
+        .bind(now)
+        .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(record_from_row).collect()

@@ -4,7 +4,7 @@
 //! process's writer mutex, so reconciles of several processes serialize and
 //! a fire's compare-and-set and job insert commit together.
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
 
@@ -134,6 +134,23 @@ impl SqliteStore {
         let rows = sqlx::query(&format!("SELECT {COLS} FROM boxcar_schedules ORDER BY id"))
             .fetch_all(&self.pool)
             .await?;
+        rows.iter().map(record_from_row).collect()
+    }
+
+    pub(super) async fn due_schedules_sql(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLS} FROM boxcar_schedules \
+             WHERE next_run_at IS NOT NULL AND next_run_at <= ? \
+             ORDER BY next_run_at, id LIMIT ?"
+        ))
+        .bind(ms(now))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(record_from_row).collect()
     }
 
