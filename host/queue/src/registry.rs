@@ -356,6 +356,13 @@ impl Registry {
             {
                 return Err(bad("costs must be positive".into()));
             }
+            if let Some(limit) = p.concurrency {
+                if let Some((t, c)) = p.costs.iter().find(|(_, c)| **c > limit) {
+                    return Err(bad(format!(
+                        "type `{t}` costs {c} slots but the pool holds {limit}: its jobs could never start"
+                    )));
+                }
+            }
             for t in &p.types {
                 if let Some(other) = seen.insert(t, &p.name) {
                     return Err(bad(format!("type `{t}` is also in pool `{other}`")));

@@ -2,8 +2,10 @@
 //! (one `complete` round trip for everything that finished meanwhile), which
 //! is what lets a drain exceed one commit per job.
 //!
-//! Invariant: a `succeeded` event is emitted only for jobs whose fenced
-//! write landed; on shutdown everything queued is flushed before exit.
+//! Invariants: a `succeeded` event is emitted only for jobs whose fenced
+//! write landed; each landed batch wakes the dispatcher once (guards read the
+//! store, which shows the freed capacity only now); on shutdown everything
+//! queued is flushed before exit.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,10 +53,16 @@ async fn write(engine: &Engine, batch: Vec<Done>) {
             }
             Err(e) => {
                 tracing::error!(error = %e, count = batch.len(), "completion write failed; the jobs will be recovered after their leases expire and run again");
+                engine.slot_freed.notify_one();
                 return;
             }
         }
     };
+    // The runs freed their local slots (and woke the dispatcher) before this
+    // write; guards (pools, scopes, not_while_running) read the store, which
+    // only now shows them finished. One more round for the whole batch, so
+    // a type that found its pool full asks again now.
+    engine.slot_freed.notify_one();
     let applied: std::collections::HashSet<String> = applied.into_iter().collect();
     for d in batch {
         if applied.contains(&d.id) {

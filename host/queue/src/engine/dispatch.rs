@@ -1,13 +1,21 @@
 //! The dispatcher: one loop per process that claims due jobs for every
-//! registered type (in a rotating order, for fairness) up to each type's free
-//! concurrency, and spawns a run per claimed job.
+//! registered type up to each type's free concurrency, and spawns a run per
+//! claimed job.
+//!
+//! Fairness: each round asks the types in least-recently-served order (the
+//! type that has gone longest without claiming a job asks first; ties in a
+//! rotating order). A type stopped because its pool is full reserves that
+//! pool for the rest of the round: the pool's other members do not claim
+//! until the next round, when the waiting type asks first again. So a type
+//! sharing a pool with a busier one (or needing more slots per job) gets the
+//! next freed capacity on this host, however the wake-ups interleave.
 //!
 //! It sleeps until one of: a local enqueue (`Queue::wake`), a store insert
 //! notification (LISTEN/NOTIFY on Postgres), a freed slot, or the poll
 //! interval. A type blocked by a guard for `starvation_polls` consecutive
 //! polls logs a warning naming the blocker, at most once a minute.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,17 +35,41 @@ struct Starvation {
     last_warn: Option<Instant>,
 }
 
-/// Claims once for every type; returns whether the store failed.
-async fn claim_round(
-    engine: &Arc<Engine>,
-    tick: usize,
-    starving: &mut HashMap<String, Starvation>,
-) -> bool {
-    let mut types = engine.registry.types();
-    if !types.is_empty() {
-        let n = tick % types.len();
-        types.rotate_left(n);
+/// What the dispatcher remembers between rounds.
+#[derive(Default)]
+struct Rounds {
+    /// Rounds so far.
+    round: u64,
+    /// Per type, the round in which it last claimed a job (0: never).
+    served: HashMap<String, u64>,
+    starving: HashMap<String, Starvation>,
+}
+
+impl Rounds {
+    /// This round's type order: least recently served first, ties rotated.
+    fn order(&self, mut types: Vec<String>) -> Vec<String> {
+        if !types.is_empty() {
+            let n = (self.round % types.len() as u64) as usize;
+            types.rotate_left(n);
+        }
+        types.sort_by_key(|t| self.served.get(t).copied().unwrap_or(0));
+        types
     }
+}
+
+/// The pool named by a store's "pool is full" verdict
+/// (``pool `NAME` (concurrency full)``).
+fn full_pool(blocked_by: &str) -> Option<&str> {
+    blocked_by
+        .strip_prefix("pool `")?
+        .strip_suffix("` (concurrency full)")
+}
+
+/// Claims once for every type; returns whether the store failed.
+async fn claim_round(engine: &Arc<Engine>, rounds: &mut Rounds) -> bool {
+    rounds.round += 1;
+    let types = rounds.order(engine.registry.types());
+    let mut reserved: HashSet<String> = HashSet::new();
     let mut failed = false;
     for job_type in types {
         if engine.stop_claiming.is_cancelled() {
@@ -65,6 +97,14 @@ async fn claim_round(
             handler_version: Some(entry.version.clone()),
             guards: engine.registry.guards_for(&job_type),
         };
+        if params
+            .guards
+            .pools
+            .iter()
+            .any(|p| reserved.contains(&p.name))
+        {
+            continue;
+        }
         let res = match engine.store.claim_batch(params).await {
             Ok(r) => r,
             Err(e) => {
@@ -87,7 +127,12 @@ async fn claim_round(
                 duration: None,
             });
         }
-        let st = starving.entry(job_type.clone()).or_default();
+        if res.claimed.is_empty() {
+            if let Some(pool) = res.blocked_by.as_deref().and_then(full_pool) {
+                reserved.insert(pool.to_string());
+            }
+        }
+        let st = rounds.starving.entry(job_type.clone()).or_default();
         match (&res.blocked_by, res.claimed.is_empty()) {
             (Some(blocker), true) => {
                 st.polls += 1;
@@ -102,6 +147,7 @@ async fn claim_round(
         if res.claimed.is_empty() {
             continue;
         }
+        rounds.served.insert(job_type.clone(), rounds.round);
         engine.take_slots(&job_type, res.claimed.len() as u32);
         for job in res.claimed {
             let handle = engine.queue.inflight().insert(&job.id);
@@ -115,14 +161,12 @@ async fn claim_round(
 
 pub(crate) async fn run(engine: Arc<Engine>) {
     let mut events = engine.store.subscribe();
-    let mut starving = HashMap::new();
-    let mut tick = 0usize;
+    let mut rounds = Rounds::default();
     loop {
         if engine.stop_claiming.is_cancelled() {
             break;
         }
-        let failed = claim_round(&engine, tick, &mut starving).await;
-        tick = tick.wrapping_add(1);
+        let failed = claim_round(&engine, &mut rounds).await;
         let poll = tokio::time::sleep(engine.opts.poll_interval);
         tokio::pin!(poll);
         loop {

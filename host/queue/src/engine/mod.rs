@@ -64,6 +64,7 @@ impl Engine {
         *self.running.lock().entry(job_type.to_string()).or_insert(0) += n;
     }
 
+    /// Gives a local slot back and wakes the dispatcher.
     fn free_slot(&self, job_type: &str) {
         if let Some(n) = self.running.lock().get_mut(job_type) {
             *n = n.saturating_sub(1);

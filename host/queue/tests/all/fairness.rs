@@ -117,10 +117,21 @@ async fn mate_is_not_starved(backend: Backend) {
 /// who gets a freed slot: with the rotation switched off the mate started
 /// only after all 500 hog jobs. On SQLite and Postgres a hog completion often
 /// lands between the hog's and the mate's claim in one round, which lets the
-/// mate in by timing even without rotation, so the test would not tell.
+/// mate in by timing even without rotation, so there the tests below check
+/// the property end to end rather than the mechanism.
 #[tokio::test]
 async fn pool_mate_with_concurrency_1_is_not_starved() {
     mate_is_not_starved(Backend::Memory).await;
+}
+
+#[tokio::test]
+async fn pool_mate_with_concurrency_1_is_not_starved_sqlite() {
+    mate_is_not_starved(Backend::Sqlite).await;
+}
+
+#[tokio::test]
+async fn pool_mate_with_concurrency_1_is_not_starved_postgres() {
+    mate_is_not_starved(Backend::Postgres).await;
 }
 
 /// Collects formatted tracing output of the current thread.
@@ -429,6 +440,14 @@ fn each_bad_pool_declaration_is_refused() {
                 ..good()
             }],
             "costs must be positive",
+        ),
+        (
+            "a cost the pool can never hold",
+            vec![PoolConfig {
+                costs: [("a".to_string(), 5)].into(),
+                ..good()
+            }],
+            "type `a` costs 5 slots but the pool holds 4",
         ),
         (
             "zero rate cost",
