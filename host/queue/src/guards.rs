@@ -118,3 +118,28 @@ impl ClaimGuards {
 pub fn scope_key(scope_type: &str) -> String {
     format!("scope:{scope_type}")
 }
+
+/// The `blocked_by` text of a claim stopped because pool `name` is full.
+/// [`full_pool`] reads it back; the two must stay in step.
+pub fn pool_full_reason(name: &str) -> String {
+    format!("pool `{name}` (concurrency full)")
+}
+
+/// The pool named by a [`pool_full_reason`] text, if `blocked_by` is one.
+pub fn full_pool(blocked_by: &str) -> Option<&str> {
+    blocked_by
+        .strip_prefix("pool `")?
+        .strip_suffix("` (concurrency full)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{full_pool, pool_full_reason};
+
+    #[test]
+    fn a_full_pool_reason_reads_back_its_pool() {
+        assert_eq!(full_pool(&pool_full_reason("api")), Some("api"));
+        assert_eq!(full_pool("pool `api` (rate budget spent)"), None);
+        assert_eq!(full_pool("scope type `account`"), None);
+    }
+}

@@ -286,14 +286,6 @@ async fn polyglot(
     }
 }
 
-/// A fresh, empty directory under the system temp dir.
-fn fresh_temp_dir(prefix: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("temp dir");
-    dir
-}
-
 fn main() {
     let scale: f64 = std::env::args()
         .skip(1)
@@ -320,24 +312,22 @@ fn main() {
             picked
         };
         let default_keep = SandboxConfig::default().memory_keep_resident;
-        let cache = fresh_temp_dir("boxcar-bench-polyglot-cache");
+        let cache = tempfile::tempdir().expect("temp dir for the compile cache");
         if only_polyglot {
-            polyglot(n(1_000), &services, &cache, default_keep, &echoes).await;
+            polyglot(n(1_000), &services, cache.path(), default_keep, &echoes).await;
             let interpreters: Vec<&str> = echoes.iter().copied().filter(|n| *n != "echo").collect();
             for keep in [0, 8 << 20, 128 << 20] {
-                polyglot(n(1_000), &services, &cache, keep, &interpreters).await;
+                polyglot(n(1_000), &services, cache.path(), keep, &interpreters).await;
             }
-            let _ = std::fs::remove_dir_all(&cache);
             return;
         }
         per_job(true, n(10_000), &services).await;
         per_job(false, n(10_000), &services).await;
         per_job_with_capabilities(n(10_000), &services).await;
         if !only_per_job {
-            polyglot(n(1_000), &services, &cache, default_keep, &echoes).await;
+            polyglot(n(1_000), &services, cache.path(), default_keep, &echoes).await;
             epoch_overhead(&services, n(5)).await;
             abort_latency(&services, n(100)).await;
         }
-        let _ = std::fs::remove_dir_all(&cache);
     });
 }

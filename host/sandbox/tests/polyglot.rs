@@ -21,16 +21,14 @@ use std::{
 use boxcar_queue::{
     ChildJobRequest, ChildSummary, Handler, JobContext, JobRun, JobServices, ServiceError,
 };
-use boxcar_sandbox::{
-    Capabilities, HandlerLimits, HttpOrigin, LoadedHandler, Outcome, Sandbox, SandboxConfig,
-};
+use boxcar_sandbox::{Capabilities, HandlerLimits, LoadedHandler, Outcome, Sandbox, SandboxConfig};
 use futures::future::BoxFuture;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 #[path = "support/http_server.rs"]
 mod http_server;
-use http_server::TestServer;
+use http_server::{assert_refused, http_caps, TestServer};
 
 /// Compiling a 12–20 MB guest uses every core, and the spin test measures
 /// a deadline: loads and timing-sensitive runs take this lock.
@@ -443,33 +441,6 @@ async fn spin_times_out_at_200ms(lang: Lang) {
                 result: Some("{}".into())
             }
         );
-    }
-}
-
-fn http_caps(origins: &[String]) -> Capabilities {
-    Capabilities {
-        http: origins
-            .iter()
-            .map(|o| HttpOrigin::parse(o).expect("origin parses"))
-            .collect(),
-        ..Capabilities::default()
-    }
-}
-
-fn assert_refused(job_type: &str, outcome: &Outcome) {
-    match outcome {
-        Outcome::Terminal { message, code, .. } => {
-            assert_eq!(
-                code.as_deref(),
-                Some("http-refused"),
-                "{job_type}: {message}"
-            );
-            assert!(
-                message.contains("refused by the host"),
-                "{job_type}: {message}"
-            );
-        }
-        other => panic!("{job_type}: expected a refused request, got {other:?}"),
     }
 }
 

@@ -24,6 +24,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
 use super::{run, Engine};
+use crate::guards::full_pool;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::store::{ClaimParams, StoreEvent};
 
@@ -55,14 +56,6 @@ impl Rounds {
         types.sort_by_key(|t| self.served.get(t).copied().unwrap_or(0));
         types
     }
-}
-
-/// The pool named by a store's "pool is full" verdict
-/// (``pool `NAME` (concurrency full)``).
-fn full_pool(blocked_by: &str) -> Option<&str> {
-    blocked_by
-        .strip_prefix("pool `")?
-        .strip_suffix("` (concurrency full)")
 }
 
 /// Claims once for every type; returns whether the store failed.

@@ -18,7 +18,7 @@ use super::{
     RetryParams, StoreError, StoreEvent, TxConn, EXPIRED_CODE, EXPIRED_ERROR, LEASE_EXPIRED_ERROR,
 };
 use crate::clock::{Clock, SystemClock};
-use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
+use crate::guards::{pool_full_reason, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
 use crate::schedule::ScheduleRecord;
 use crate::store::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
@@ -146,7 +146,7 @@ impl State {
                     })
                     .sum();
                 if used + u64::from(pool.cost) > u64::from(limit) {
-                    return Some(format!("pool `{}` (concurrency full)", pool.name));
+                    return Some(pool_full_reason(&pool.name));
                 }
             }
             if let Some(rate) = pool.rate_per_minute {

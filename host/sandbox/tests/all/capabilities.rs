@@ -9,12 +9,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use boxcar_sandbox::{
-    Capabilities, DirGrant, DirMode, HandlerLimits, HttpOrigin, LimitKind, Outcome,
-};
+use boxcar_sandbox::{Capabilities, DirGrant, DirMode, HandlerLimits, LimitKind, Outcome};
 
 use crate::common::{job, load_with, new_ctx, scratch_dir};
-use crate::http_server::TestServer;
+use crate::http_server::{assert_refused, http_caps, TestServer};
 
 /// Log lines captured for the whole test binary (guest log lines carry the
 /// job id, so each test filters by its own).
@@ -44,16 +42,6 @@ impl std::io::Write for LogWriter {
     }
 }
 
-fn http_caps(origins: &[String]) -> Capabilities {
-    Capabilities {
-        http: origins
-            .iter()
-            .map(|o| HttpOrigin::parse(o).expect("origin parses"))
-            .collect(),
-        ..Capabilities::default()
-    }
-}
-
 fn fetch(url: &str) -> String {
     serde_json::json!({ "url": url }).to_string()
 }
@@ -62,16 +50,6 @@ fn result_json(outcome: &Outcome) -> serde_json::Value {
     match outcome {
         Outcome::Succeeded { result: Some(r) } => serde_json::from_str(r).expect("JSON result"),
         other => panic!("expected a result, got {other:?}"),
-    }
-}
-
-fn assert_refused(outcome: &Outcome) {
-    match outcome {
-        Outcome::Terminal { message, code, .. } => {
-            assert_eq!(code.as_deref(), Some("http-refused"), "{message}");
-            assert!(message.contains("refused by the host"), "{message}");
-        }
-        other => panic!("expected a refused request, got {other:?}"),
     }
 }
 
@@ -118,7 +96,7 @@ async fn disallowed_host_is_refused_before_connecting_and_logged() {
     );
     run.id = "job-http-denied".into();
     let outcome = h.run(run, ctx).await;
-    assert_refused(&outcome);
+    assert_refused("fetch-title", &outcome);
     assert_eq!(
         other.accepted(),
         0,
@@ -148,7 +126,7 @@ async fn disallowed_host_is_refused_before_connecting_and_logged() {
             ctx,
         )
         .await;
-    assert_refused(&outcome);
+    assert_refused("fetch-title", &outcome);
     assert_eq!(allowed.accepted(), 0);
 }
 
@@ -180,7 +158,7 @@ async fn redirect_to_a_disallowed_host_is_refused() {
             ctx,
         )
         .await;
-    assert_refused(&outcome);
+    assert_refused("fetch-title", &outcome);
     assert_eq!(other.accepted(), 0);
     assert_eq!(allowed.accepted(), 3);
 }

@@ -1,7 +1,7 @@
 //! A tiny HTTP/1.1 test server on 127.0.0.1 for the outbound-HTTP tests
-//! (shared by the `all` and `polyglot` test binaries via `#[path]`). It
-//! counts accepted connections, so a test can prove a refused request never
-//! reached it.
+//! (shared by the `all` and `polyglot` test binaries via `#[path]`), and the
+//! grants and assertions those tests share. The server counts accepted
+//! connections, so a test can prove a refused request never reached it.
 
 use std::{
     net::SocketAddr,
@@ -12,10 +12,34 @@ use std::{
     time::Duration,
 };
 
+use boxcar_sandbox::{Capabilities, HttpOrigin, Outcome};
 use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpListener,
 };
+
+/// Capabilities granting exactly `origins` for outbound HTTP.
+pub fn http_caps(origins: &[String]) -> Capabilities {
+    Capabilities {
+        http: origins
+            .iter()
+            .map(|o| HttpOrigin::parse(o).expect("origin parses"))
+            .collect(),
+        ..Capabilities::default()
+    }
+}
+
+/// The outcome of a `fetch-title` run (any language) whose request the
+/// host refused: terminal, code `http-refused`, the SDK's refusal message.
+pub fn assert_refused(what: &str, outcome: &Outcome) {
+    match outcome {
+        Outcome::Terminal { message, code, .. } => {
+            assert_eq!(code.as_deref(), Some("http-refused"), "{what}: {message}");
+            assert!(message.contains("refused by the host"), "{what}: {message}");
+        }
+        other => panic!("{what}: expected a refused request, got {other:?}"),
+    }
+}
 
 /// A tiny HTTP/1.1 server on 127.0.0.1 that counts accepted connections.
 ///

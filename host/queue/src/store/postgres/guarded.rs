@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::{cols, dur_ms, job_from_row, PostgresStore, LIVE};
-use crate::guards::{scope_key, ClaimGuards, PoolGuard, PoolStatus};
+use crate::guards::{pool_full_reason, scope_key, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::Job;
 use crate::store::{ClaimParams, ClaimResult, StoreError, EXPIRED_CODE, EXPIRED_ERROR};
 
@@ -100,10 +100,7 @@ async fn verdict(
         if let Some(limit) = pool.concurrency {
             let used = occupancy(conn, t, pool).await?;
             if used + i64::from(pool.cost) > i64::from(limit) {
-                return Ok(Verdict::Stop(format!(
-                    "pool `{}` (concurrency full)",
-                    pool.name
-                )));
+                return Ok(Verdict::Stop(pool_full_reason(&pool.name)));
             }
         }
         if let Some(rate) = pool.rate_per_minute {

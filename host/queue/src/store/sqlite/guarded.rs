@@ -10,7 +10,7 @@ use chrono::Utc;
 use sqlx::{Row, SqliteConnection};
 
 use super::{dur_ms, from_ms, job_from_row, json_list, ms, SqliteStore, COLS, LIVE};
-use crate::guards::{scope_key, ClaimGuards, PoolGuard, PoolStatus};
+use crate::guards::{pool_full_reason, scope_key, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{Job, JobStatus};
 use crate::store::{ClaimParams, ClaimResult, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR};
 
@@ -128,10 +128,7 @@ async fn verdict(
         if let Some(limit) = pool.concurrency {
             let used = occupancy(conn, pool, now).await?;
             if used + i64::from(pool.cost) > i64::from(limit) {
-                return Ok(Verdict::Stop(format!(
-                    "pool `{}` (concurrency full)",
-                    pool.name
-                )));
+                return Ok(Verdict::Stop(pool_full_reason(&pool.name)));
             }
         }
         if let Some(rate) = pool.rate_per_minute {
