@@ -14,10 +14,8 @@ use std::{
 };
 
 use boxcar_queue::{
-    options::{QueueOptions, RetentionPolicy, WorkerOptions},
-    registry::PoolConfig,
     schedule::{validate_all, Schedule, ScheduleSpec},
-    JobStatus,
+    JobStatus, PoolConfig, QueueOptions, RetentionPolicy, WorkerOptions,
 };
 use serde::Deserialize;
 
@@ -217,18 +215,20 @@ impl Config {
         let w = raw.worker;
         let duration =
             |value: Option<HumanDuration>, default: Duration| value.map_or(default, |d| d.0);
-        let worker = WorkerOptions {
-            worker_id: w.worker_id.unwrap_or(defaults.worker_id),
-            poll_interval: duration(w.poll_interval, defaults.poll_interval),
-            base_backoff: duration(w.base_backoff, defaults.base_backoff),
-            max_backoff: duration(w.max_backoff, defaults.max_backoff),
-            lease_grace: duration(w.lease_grace, defaults.lease_grace),
-            abandon_grace: duration(w.abandon_grace, defaults.abandon_grace),
-            shutdown_grace: duration(w.shutdown_grace, defaults.shutdown_grace),
-            starvation_polls: positive_u32("worker.starvation_polls", w.starvation_polls)
+        let worker = {
+            let mut opts = WorkerOptions::default();
+            opts.worker_id = w.worker_id.unwrap_or(defaults.worker_id);
+            opts.poll_interval = duration(w.poll_interval, defaults.poll_interval);
+            opts.base_backoff = duration(w.base_backoff, defaults.base_backoff);
+            opts.max_backoff = duration(w.max_backoff, defaults.max_backoff);
+            opts.lease_grace = duration(w.lease_grace, defaults.lease_grace);
+            opts.abandon_grace = duration(w.abandon_grace, defaults.abandon_grace);
+            opts.shutdown_grace = duration(w.shutdown_grace, defaults.shutdown_grace);
+            opts.starvation_polls = positive_u32("worker.starvation_polls", w.starvation_polls)
                 .map_err(invalid)?
-                .unwrap_or(defaults.starvation_polls),
-            retention: resolve_retention(raw.retention).map_err(invalid)?,
+                .unwrap_or(defaults.starvation_polls);
+            opts.retention = resolve_retention(raw.retention).map_err(invalid)?;
+            opts
         };
         let mut queue = QueueOptions::default();
         if let Some(n) =
@@ -356,11 +356,11 @@ fn resolve_retention(raw: RawRetention) -> Result<Option<RetentionPolicy>, Strin
                 .collect::<Result<Vec<_>, _>>()?
         }
     };
-    Ok(Some(RetentionPolicy {
+    Ok(Some(RetentionPolicy::new(
         older_than,
         sweep_interval,
         statuses,
-    }))
+    )))
 }
 
 /// Validates `[[schedules]]`; every refused declaration is listed as
@@ -432,13 +432,15 @@ fn resolve_pool(name: String, raw: RawPool) -> Result<PoolConfig, String> {
             positive_u32(&key("rate_costs"), Some(cost)).map(|c| (job_type, c.unwrap_or(1)))
         })
         .collect::<Result<BTreeMap<_, _>, _>>()?;
-    Ok(PoolConfig {
-        name,
-        concurrency,
-        rate_per_minute,
-        types: raw.types,
-        costs,
-        rate_costs,
+    Ok({
+        let mut pool = PoolConfig::default();
+        pool.name = name;
+        pool.concurrency = concurrency;
+        pool.rate_per_minute = rate_per_minute;
+        pool.types = raw.types;
+        pool.costs = costs;
+        pool.rate_costs = rate_costs;
+        pool
     })
 }
 

@@ -121,16 +121,13 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     for rejection in deployer.rejections() {
         println!("  REJECTED {}: {}", rejection.name, rejection.reason);
     }
-    let worker = Worker::start(
-        queue.clone(),
-        registry.clone(),
-        WorkerOptions {
-            poll_interval: Duration::from_millis(100),
-            base_backoff: Duration::from_millis(200),
-            max_backoff: Duration::from_secs(2),
-            ..WorkerOptions::default()
-        },
-    )?;
+    let worker = Worker::start(queue.clone(), registry.clone(), {
+        let mut opts = WorkerOptions::default();
+        opts.poll_interval = Duration::from_millis(100);
+        opts.base_backoff = Duration::from_millis(200);
+        opts.max_backoff = Duration::from_secs(2);
+        opts
+    })?;
 
     println!("\nenqueueing: 4 echo, 1 flaky (succeeds on attempt 3), 1 runaway spin (1 s timeout), 6 account.sync over 2 scopes\n");
     let mut ids = Vec::new();

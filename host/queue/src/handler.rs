@@ -180,7 +180,7 @@ impl fmt::Display for LimitKind {
 ///
 /// `Succeeded`, `Retryable` and `Terminal` are the handler's own answers.
 /// Every other variant is a failure the host observed; all of those are
-/// retryable and consume an attempt (SPEC §4), except `Cancelled`, whose
+/// retryable and consume an attempt, except `Cancelled`, whose
 /// meaning the engine decides from why it cancelled.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {

@@ -1,10 +1,9 @@
-//! The job record (SPEC §1) and the values producers and inspectors pass
+//! The job record and the values producers and inspectors pass
 //! around: [`NewJob`], [`AddResult`], [`JobFilter`], [`StatusCounts`],
 //! [`HandlerEvent`].
 //!
-//! Invariants: `Job` mirrors one row of the jobs table and carries every
-//! SPEC §1 field; a terminal status never changes except through
-//! `retry_failed`. Payload text is never part of a `Debug` or `Display`
+//! Invariants: `Job` mirrors one row of the jobs table, every column; a
+//! terminal status never changes except through `retry_failed`. Payload text is never part of a `Debug` or `Display`
 //! rendering of a [`NewJob`] (it may hold secrets).
 
 use std::{fmt, str::FromStr, time::Duration};

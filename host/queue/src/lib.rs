@@ -1,35 +1,59 @@
 //! boxcar-queue: the durable job queue core. No wasmtime.
 //!
-//! - [`Queue`]: enqueue, inspect, cancel, wait, administer (producers).
-//! - [`connect`] / [`open_store`]: a [`JobStore`] from a URL.
-//! - [`Registry`] + [`Worker::start`]: run registered [`Handler`]s.
-//! - [`bench`]: the drain and latency benchmarks.
+//! What an embedder uses is re-exported here:
+//! - producing and administering: [`Queue`] (enqueue, inspect, cancel,
+//!   wait, retry, prune) over a [`JobStore`] from [`connect`] /
+//!   [`open_store`], with [`NewJob`], [`Job`], [`JobFilter`] and
+//!   [`QueueOptions`];
+//! - running handlers: [`Registry`] of [`Handler`]s with
+//!   [`HandlerSettings`] and [`PoolConfig`]s, started by [`Worker::start`]
+//!   with [`WorkerOptions`]; [`LifecycleObserver`]s see every transition;
+//! - guards and visibility: [`ClaimGuards`], [`Blocker`] (what holds a job
+//!   back), [`PoolStatus`];
+//! - recurring jobs: [`schedule`] and [`Scheduler`];
+//! - the store port and its implementations: [`store`] (params, the
+//!   memory store, and — per cargo feature `sqlite` / `postgres`, both on
+//!   by default — the SQLite and Postgres stores).
+//!
+//! Everything else (the dispatcher, retry arithmetic, the observer hub,
+//! the decision policies the stores share) is private. The benchmark
+//! workloads behind `boxcar bench` live in the hidden [`bench`] module;
+//! test doubles for other crates' tests in `testing` (feature `test-util`).
 //!
 //! Delivery is at least once: a job can run more than once (worker crash,
 //! partition past the lease, kill between finishing and recording). Dedupe
 //! keys prevent duplicate *enqueues*, not duplicate execution — write
 //! handlers to be idempotent.
+
+#[doc(hidden)]
 pub mod bench;
-pub mod clock;
-pub mod engine;
-pub mod guards;
-pub mod handler;
+mod clock;
+mod engine;
+mod guards;
+mod handler;
 mod inflight;
-pub mod job;
-pub mod observer;
-pub mod options;
-pub mod queue;
-pub mod registry;
+mod job;
+mod observer;
+mod options;
+mod queue;
+mod registry;
 pub mod schedule;
 pub mod store;
-pub mod validate;
+#[cfg(feature = "test-util")]
+pub mod testing;
+mod time;
+mod validate;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{FiredTick, Maintenance, Scheduler, SchedulerHandle, Worker, WorkerHandle};
-pub use guards::{ClaimGuards, PoolGuard, PoolStatus};
-pub use handler::*;
+pub use guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
+pub use handler::{
+    ChildJobRequest, ChildSummary, Handler, JobContext, JobRun, JobServices, LimitKind, Outcome,
+    Scope, ServiceError,
+};
 pub use job::{
     AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, NewJob, StatusCounts,
+    UnknownStatus,
 };
 pub use observer::{LifecycleEvent, LifecycleObserver, LifecycleOutcome};
 pub use options::{OptionsError, QueueOptions, RetentionPolicy, WorkerOptions};
@@ -40,4 +64,5 @@ pub use registry::{
 };
 pub use store::connect::{connect, open_store};
 pub use store::{JobStore, StoreError, TxConn};
+pub use time::far_future;
 pub use validate::{EnqueueError, PayloadLimits};

@@ -1,9 +1,9 @@
-//! Lifecycle observers (SPEC §9): every transition emits a
+//! Lifecycle observers: every transition emits a
 //! [`LifecycleEvent`] to in-process observers and as a tracing event.
 //!
 //! Invariant: observers can neither stall nor break the queue. Events go
 //! through a bounded channel to one delivery task; when it is full the event
-//! is dropped (and counted), and a panicking observer is caught and logged.
+//! is dropped (and counted: `Queue::dropped_lifecycle_events`), and a panicking observer is caught and logged.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,6 +19,7 @@ use crate::handler::Scope;
 /// What happened to a job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum LifecycleOutcome {
     /// Claimed and started.
     Started,
@@ -83,7 +84,7 @@ pub trait LifecycleObserver: Send + Sync + 'static {
 const CHANNEL: usize = 4096;
 
 /// Fans events out to observers without blocking the caller.
-pub struct ObserverHub {
+pub(crate) struct ObserverHub {
     observers: Arc<RwLock<Vec<Arc<dyn LifecycleObserver>>>>,
     tx: parking_lot::Mutex<Option<mpsc::Sender<LifecycleEvent>>>,
     dropped: AtomicU64,
@@ -151,5 +152,42 @@ impl ObserverHub {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Blocks on every event until its sender is dropped.
+    struct Stuck(std::sync::Mutex<std::sync::mpsc::Receiver<()>>);
+
+    impl LifecycleObserver for Stuck {
+        fn on_transition(&self, _event: &LifecycleEvent) {
+            if let Ok(wait) = self.0.lock() {
+                let _ = wait.recv_timeout(Duration::from_secs(10));
+            }
+        }
+    }
+
+    #[test]
+    fn events_beyond_the_channel_are_dropped_and_counted() {
+        let (release, wait) = std::sync::mpsc::channel::<()>();
+        let hub = ObserverHub::default();
+        hub.add(Arc::new(Stuck(std::sync::Mutex::new(wait))));
+        let event = LifecycleEvent {
+            job_id: "j".into(),
+            job_type: "t".into(),
+            scope: None,
+            outcome: LifecycleOutcome::Started,
+            attempts: 1,
+            error: None,
+            duration: None,
+        };
+        for _ in 0..CHANNEL + 10 {
+            hub.emit(event.clone());
+        }
+        assert!(hub.dropped() >= 9, "dropped {}", hub.dropped());
+        drop(release);
     }
 }

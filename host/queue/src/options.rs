@@ -1,5 +1,5 @@
-//! Queue and worker options with named defaults (SPEC §13), validated once
-//! at construction. A bad option is an [`OptionsError`] naming it — never a
+//! Queue and worker options with named defaults, validated once at
+//! construction. A bad option is an [`OptionsError`] naming it — never a
 //! silent default.
 
 use std::time::Duration;
@@ -41,8 +41,10 @@ fn err(option: &'static str, reason: impl Into<String>) -> OptionsError {
     }
 }
 
-/// Producer-side options.
+/// Producer-side options. Start from `QueueOptions::default()` and set
+/// fields; more options may come.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct QueueOptions {
     /// Attempt budget when neither the job nor its handler sets one.
     pub default_max_attempts: u32,
@@ -81,8 +83,9 @@ impl QueueOptions {
     }
 }
 
-/// Opt-in pruning of old terminal jobs.
+/// Opt-in pruning of old terminal jobs ([`RetentionPolicy::new`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetentionPolicy {
     /// Delete terminal jobs finished longer ago than this.
     pub older_than: Duration,
@@ -92,8 +95,22 @@ pub struct RetentionPolicy {
     pub statuses: Vec<JobStatus>,
 }
 
-/// Engine options.
+impl RetentionPolicy {
+    /// Delete jobs in `statuses` finished longer than `older_than` ago,
+    /// sweeping every `sweep_interval` (validated with the worker options).
+    pub fn new(older_than: Duration, sweep_interval: Duration, statuses: Vec<JobStatus>) -> Self {
+        Self {
+            older_than,
+            sweep_interval,
+            statuses,
+        }
+    }
+}
+
+/// Engine options. Start from `WorkerOptions::default()` and set fields;
+/// more options may come.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkerOptions {
     /// Lease owner identity (default: a random UUID).
     pub worker_id: String,
@@ -132,7 +149,7 @@ impl Default for WorkerOptions {
 }
 
 impl WorkerOptions {
-    /// Checks every option (SPEC §13).
+    /// Checks every option.
     ///
     /// # Errors
     /// The first invalid option, by name.

@@ -1,8 +1,8 @@
 //! The producer and administration facade: enqueue, inspect, cancel, wait,
 //! retry, prune, handler events. Cheap to clone; all clones share one store.
 //!
-//! Invariants: every job is validated here before it reaches the store
-//! (SPEC §2); cancels abort matching runs of this process at once and reach
+//! Invariants: every job is validated here (fields, payload, known type,
+//! payload schema) before it reaches the store; cancels abort matching runs of this process at once and reach
 //! other processes through their reconcile pass; the facade holds no SQL.
 
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use parking_lot::RwLock;
 use tokio::sync::Notify;
 
-use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
+use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
 use crate::inflight::{AbortReason, InFlight};
 use crate::job::{
@@ -105,6 +105,12 @@ impl Queue {
     /// Adds a lifecycle observer.
     pub fn observe(&self, observer: Arc<dyn LifecycleObserver>) {
         self.inner.observers.add(observer);
+    }
+
+    /// Lifecycle events observers missed because they fell more than the
+    /// delivery channel's capacity behind (the queue never waits for them).
+    pub fn dropped_lifecycle_events(&self) -> u64 {
+        self.inner.observers.dropped()
     }
 
     pub(crate) fn emit(&self, ev: LifecycleEvent) {
@@ -301,7 +307,7 @@ impl Queue {
         &self,
         job: &Job,
         guards: &ClaimGuards,
-    ) -> Result<Option<String>, StoreError> {
+    ) -> Result<Option<Blocker>, StoreError> {
         if job.status != JobStatus::Pending || guards.is_empty() {
             return Ok(None);
         }

@@ -35,8 +35,10 @@ pub trait PayloadValidator: Send + Sync + 'static {
     fn validate(&self, payload: &serde_json::Value) -> Result<(), SchemaFailure>;
 }
 
-/// How the engine runs one job type on this host.
+/// How the engine runs one job type on this host. Start from
+/// `HandlerSettings::default()` and set fields; more settings may come.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct HandlerSettings {
     /// Most jobs of the type running at once on this host.
     pub concurrency: u32,
@@ -91,8 +93,10 @@ impl std::fmt::Debug for HandlerSettings {
     }
 }
 
-/// A resource pool shared by several types (SPEC §5), from configuration.
+/// A resource pool shared by several types, from configuration
+/// ([`PoolConfig::new`], then set the limits and costs).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PoolConfig {
     /// Pool name.
     pub name: String,
@@ -109,6 +113,19 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
+    /// Pool `name` over the member `types`, unbounded until its
+    /// `concurrency` or `rate_per_minute` is set; every cost 1.
+    pub fn new(
+        name: impl Into<String>,
+        types: impl IntoIterator<Item = impl Into<String>>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            types: types.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
+    }
+
     /// Every member type with its slot cost (default 1).
     pub fn member_costs(&self) -> Vec<(String, u32)> {
         self.types
@@ -132,6 +149,7 @@ impl PoolConfig {
 
 /// A registration or pool declaration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryError {
     /// A setting is out of range.
     #[error("handler `{job_type}`: {setting} {reason}")]

@@ -1,4 +1,4 @@
-//! Recurring schedules (SPEC §8): declarations, validation, and when each
+//! Recurring schedules: declarations, validation, and when each
 //! tick falls.
 //!
 //! A [`ScheduleSpec`] is what configuration declares. [`ScheduleSpec::validate`]
@@ -323,7 +323,7 @@ impl Schedule {
             Cadence::Every(every) => match self.def.start_at {
                 Some(s) if s > now => Some(s),
                 Some(s) => Some(Self::step_past(s, *every, now)),
-                None => now.checked_add_signed(chrono_dur(*every)),
+                None => now.checked_add_signed(crate::time::span(*every)),
             },
             Cadence::Cron { .. } if self.def.immediately => Some(now),
             Cadence::Cron { .. } => {
@@ -364,10 +364,6 @@ impl Schedule {
             .ok()
             .map(|t| t.with_timezone(&Utc))
     }
-}
-
-fn chrono_dur(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
 }
 
 #[cfg(test)]

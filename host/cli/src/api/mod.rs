@@ -153,7 +153,7 @@ async fn get_job(
     let mut value =
         serde_json::to_value(JobView::from(&job)).map_err(|e| ApiError::internal(&e))?;
     if let (Some(why), Some(fields)) = (blocked_by, value.as_object_mut()) {
-        fields.insert("blocked_by".into(), why.into());
+        fields.insert("blocked_by".into(), why.to_string().into());
     }
     Ok(Json(value))
 }

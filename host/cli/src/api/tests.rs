@@ -310,12 +310,13 @@ async fn counts_show_each_pools_occupancy_and_a_blocked_job_says_why() {
     let registry = Registry::new();
     registry.declare_elsewhere(["mail".to_string()]);
     registry
-        .set_pools(vec![boxcar_queue::PoolConfig {
-            name: "smtp".into(),
-            concurrency: Some(1),
-            rate_per_minute: Some(10),
-            types: vec!["mail".into()],
-            ..boxcar_queue::PoolConfig::default()
+        .set_pools(vec![{
+            let mut pool = boxcar_queue::PoolConfig::default();
+            pool.name = "smtp".into();
+            pool.concurrency = Some(1);
+            pool.rate_per_minute = Some(10);
+            pool.types = vec!["mail".into()];
+            pool
         }])
         .expect("pools");
     queue.attach_registry(registry.clone());

@@ -140,7 +140,7 @@ pub async fn job(context: Context, id: &str) -> anyhow::Result<()> {
     let view = JobView::from(&job);
     let mut value = serde_json::to_value(&view)?;
     if let (Some(why), Some(fields)) = (blocked_by, value.as_object_mut()) {
-        fields.insert("blocked_by".into(), why.into());
+        fields.insert("blocked_by".into(), why.to_string().into());
     }
     if context.json {
         return print_json(&value);

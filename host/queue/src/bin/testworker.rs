@@ -154,23 +154,24 @@ async fn main() {
         .collect();
     let handler: Arc<dyn Handler> = Arc::new(LogHandler { log, mode });
     for t in job_type.split(',') {
-        let settings = HandlerSettings {
-            concurrency: u32::try_from(num("BOXCAR_CONCURRENCY", 8)).unwrap_or(8),
-            timeout: Duration::from_secs(120),
-            serialize_by_scope: env("BOXCAR_SERIALIZE_BY_SCOPE").is_some(),
-            not_while_running: nwr
+        let settings = {
+            let mut settings = HandlerSettings::default();
+            settings.concurrency = u32::try_from(num("BOXCAR_CONCURRENCY", 8)).unwrap_or(8);
+            settings.timeout = Duration::from_secs(120);
+            settings.serialize_by_scope = env("BOXCAR_SERIALIZE_BY_SCOPE").is_some();
+            settings.not_while_running = nwr
                 .iter()
                 .filter(|(a, _)| a == t)
                 .map(|(_, b)| b.clone())
-                .collect(),
-            waits_for: waits
+                .collect();
+            settings.waits_for = waits
                 .iter()
                 .filter(|(a, _)| a == t)
                 .map(|(_, b)| b.clone())
-                .collect(),
-            lease_duration: env("BOXCAR_LEASE_MS")
-                .map(|_| Duration::from_millis(num("BOXCAR_LEASE_MS", 1000))),
-            ..HandlerSettings::default()
+                .collect();
+            settings.lease_duration =
+                env("BOXCAR_LEASE_MS").map(|_| Duration::from_millis(num("BOXCAR_LEASE_MS", 1000)));
+            settings
         };
         if let Err(e) = registry.register(t, handler.clone(), settings) {
             eprintln!("testworker: {e}");
@@ -179,11 +180,12 @@ async fn main() {
     }
     if let Some(spec) = env("BOXCAR_POOL") {
         let (limit, members) = spec.split_once(':').unwrap_or(("1", ""));
-        let mut pool = PoolConfig {
-            name: "p".into(),
-            concurrency: limit.parse().ok(),
-            rate_per_minute: env("BOXCAR_POOL_RATE").and_then(|r| r.parse().ok()),
-            ..PoolConfig::default()
+        let mut pool = {
+            let mut pool = PoolConfig::default();
+            pool.name = "p".into();
+            pool.concurrency = limit.parse().ok();
+            pool.rate_per_minute = env("BOXCAR_POOL_RATE").and_then(|r| r.parse().ok());
+            pool
         };
         for m in members.split(',').filter_map(|m| m.split_once('=')) {
             pool.types.push(m.0.to_string());
@@ -194,9 +196,10 @@ async fn main() {
             std::process::exit(2);
         }
     }
-    let opts = WorkerOptions {
-        poll_interval: Duration::from_millis(num("BOXCAR_POLL_MS", 500)),
-        ..WorkerOptions::default()
+    let opts = {
+        let mut opts = WorkerOptions::default();
+        opts.poll_interval = Duration::from_millis(num("BOXCAR_POLL_MS", 500));
+        opts
     };
     let _worker = match Worker::start(queue, registry, opts) {
         Ok(w) => w,

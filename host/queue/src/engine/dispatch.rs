@@ -24,7 +24,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::time::Instant;
 
 use super::{run, Engine};
-use crate::guards::full_pool;
+use crate::guards::Blocker;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::store::{ClaimParams, StoreEvent};
 
@@ -121,8 +121,8 @@ async fn claim_round(engine: &Arc<Engine>, rounds: &mut Rounds) -> bool {
             });
         }
         if res.claimed.is_empty() {
-            if let Some(pool) = res.blocked_by.as_deref().and_then(full_pool) {
-                reserved.insert(pool.to_string());
+            if let Some(Blocker::PoolFull { pool }) = &res.blocked_by {
+                reserved.insert(pool.clone());
             }
         }
         let st = rounds.starving.entry(job_type.clone()).or_default();

@@ -16,7 +16,8 @@ use super::Engine;
 use crate::inflight::AbortReason;
 use crate::job::JobStatus;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
-use crate::store::{chrono_dur, PruneParams, RescueParams, StoreError};
+use crate::store::{PruneParams, RescueParams, StoreError};
+use crate::time;
 
 /// Most rows one rescue pass recovers.
 const RESCUE_BATCH: u32 = 1000;
@@ -99,7 +100,7 @@ impl Maintenance {
         let Some(r) = &e.opts.retention else {
             return Ok(0);
         };
-        let older_than = Utc::now() - chrono_dur(r.older_than);
+        let older_than = time::before(Utc::now(), r.older_than);
         e.store
             .prune(PruneParams {
                 older_than,

@@ -29,7 +29,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use backoff::retry_delay;
 pub use maintenance::Maintenance;
 pub use scheduler::{FiredTick, Scheduler, SchedulerHandle};
 

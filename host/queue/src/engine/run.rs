@@ -126,7 +126,7 @@ pub(crate) async fn run_job(
         scope: job.scope.clone(),
         schedule_id: job.schedule_id.clone(),
         parent_id: job.parent_id.clone(),
-        deadline: Utc::now() + crate::store::chrono_dur(timeout),
+        deadline: crate::time::after(Utc::now(), timeout),
     };
     let ctx = JobContext {
         cancel: handle.token.clone(),

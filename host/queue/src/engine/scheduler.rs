@@ -1,4 +1,4 @@
-//! The scheduler service (SPEC §8): enqueues the job of every due schedule
+//! The scheduler service: enqueues the job of every due schedule
 //! tick, fleet-wide exactly once.
 //!
 //! Invariants:

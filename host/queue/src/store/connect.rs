@@ -1,10 +1,14 @@
-//! Opening a store from a URL: `sqlite://path` (created if missing),
-//! `postgres://…[?schema=name]` (default schema `boxcar`), `memory://`.
+//! Opening a store from a URL: `sqlite://path` (created if missing, feature
+//! `sqlite`), `postgres://…[?schema=name]` (default schema `boxcar`, feature
+//! `postgres`), `memory://`. A URL of a backend this build leaves out is
+//! refused with the feature to enable.
 
 use std::sync::Arc;
 
 use super::memory::MemoryStore;
+#[cfg(feature = "postgres")]
 use super::postgres::{PostgresStore, DEFAULT_SCHEMA};
+#[cfg(feature = "sqlite")]
 use super::sqlite::SqliteStore;
 use super::traced::TracedStore;
 use super::{JobStore, StoreError};
@@ -17,6 +21,7 @@ fn redact(url: &str) -> String {
 }
 
 /// Splits `?schema=name` (or `&schema=name`) off a Postgres URL.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 fn split_schema(url: &str) -> (String, Option<String>) {
     let Some((base, query)) = url.split_once('?') else {
         return (url.to_string(), None);
@@ -36,6 +41,17 @@ fn split_schema(url: &str) -> (String, Option<String>) {
         (base.to_string(), schema)
     } else {
         (format!("{base}?{}", rest.join("&")), schema)
+    }
+}
+
+/// The error for a URL whose backend this build leaves out.
+#[cfg(not(all(feature = "sqlite", feature = "postgres")))]
+fn left_out(url: &str, feature: &str) -> StoreError {
+    StoreError::BadUrl {
+        url: redact(url),
+        reason: format!(
+            "this build of boxcar-queue has no {feature} backend: enable the cargo feature `{feature}`"
+        ),
     }
 }
 
@@ -63,12 +79,20 @@ async fn open_untraced(url: &str) -> Result<Arc<dyn JobStore>, StoreError> {
                 reason: "give a file path, e.g. sqlite://boxcar.db".into(),
             });
         }
+        #[cfg(feature = "sqlite")]
         return Ok(Arc::new(SqliteStore::open(path).await?));
+        #[cfg(not(feature = "sqlite"))]
+        return Err(left_out(url, "sqlite"));
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        let (base, schema) = split_schema(url);
-        let schema = schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_string());
-        return Ok(Arc::new(PostgresStore::connect(&base, &schema).await?));
+        #[cfg(feature = "postgres")]
+        {
+            let (base, schema) = split_schema(url);
+            let schema = schema.unwrap_or_else(|| DEFAULT_SCHEMA.to_string());
+            return Ok(Arc::new(PostgresStore::connect(&base, &schema).await?));
+        }
+        #[cfg(not(feature = "postgres"))]
+        return Err(left_out(url, "postgres"));
     }
     Err(StoreError::BadUrl {
         url: redact(url),

@@ -8,15 +8,24 @@
 //!   `status = running AND lease_owner = worker`;
 //! - renewals are additionally fenced on an unexpired lease.
 //!
-//! Only the implementations in this module's children contain SQL
-//! (ARCHITECTURE invariant 1). Three implementations share one conformance
-//! suite (`tests/all/conformance.rs`): [`memory::MemoryStore`],
-//! [`sqlite::SqliteStore`], [`postgres::PostgresStore`].
+//! Only the implementations in this module's children contain SQL; the
+//! engine and the facade call the port. The decisions every store makes
+//! (guarded claims, rescue of expired leases, schedule reconcile) are
+//! written once in `policy` and run inside each store's transaction over
+//! primitive queries; a store only executes them. Three implementations
+//! share one conformance suite (`tests/all/conformance/`):
+//! [`memory::MemoryStore`], `sqlite::SqliteStore` (feature `sqlite`) and
+//! `postgres::PostgresStore` (feature `postgres`).
 
 pub mod connect;
 pub mod memory;
+pub(crate) mod policy;
+#[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod schedules;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod sql;
+#[cfg(feature = "sqlite")]
 pub mod sqlite;
 pub mod traced;
 
@@ -26,7 +35,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 
-use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
+use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
 use crate::schedule::ScheduleRecord;
@@ -34,6 +43,7 @@ use schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 
 /// A store operation failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The database reported an error.
     #[error("database error: {0}")]
@@ -62,6 +72,7 @@ pub enum StoreError {
 
 /// Notifications a store publishes to local subscribers.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreEvent {
     /// Jobs of this type were inserted (wake a dispatcher).
     Inserted(String),
@@ -69,20 +80,30 @@ pub enum StoreEvent {
     Finished(String),
 }
 
-/// A caller's open transaction (or connection) to enqueue through.
+/// A caller's open transaction (or connection) to enqueue through. Its
+/// variants follow the enabled backend features.
+#[non_exhaustive]
 pub enum TxConn<'a> {
     /// A SQLite connection, e.g. `&mut *tx` of a `sqlx::Transaction<Sqlite>`.
+    #[cfg(feature = "sqlite")]
     Sqlite(&'a mut sqlx::SqliteConnection),
     /// A Postgres connection, e.g. `&mut *tx` of a `sqlx::Transaction<Postgres>`.
+    #[cfg(feature = "postgres")]
     Postgres(&'a mut sqlx::PgConnection),
+    /// No database backend is compiled in: there is no connection to pass.
+    #[cfg(not(any(feature = "sqlite", feature = "postgres")))]
+    #[doc(hidden)]
+    Unavailable(std::convert::Infallible, std::marker::PhantomData<&'a ()>),
 }
 
+#[cfg(feature = "sqlite")]
 impl<'a> From<&'a mut sqlx::SqliteConnection> for TxConn<'a> {
     fn from(c: &'a mut sqlx::SqliteConnection) -> Self {
         Self::Sqlite(c)
     }
 }
 
+#[cfg(feature = "postgres")]
 impl<'a> From<&'a mut sqlx::PgConnection> for TxConn<'a> {
     fn from(c: &'a mut sqlx::PgConnection) -> Self {
         Self::Postgres(c)
@@ -134,7 +155,7 @@ pub struct ClaimParams {
     pub lease: Duration,
     /// Recorded as the job's `handler_version`.
     pub handler_version: Option<String>,
-    /// Guards the claim must honour (SPEC §5).
+    /// Guards the claim must honour.
     pub guards: ClaimGuards,
 }
 
@@ -146,8 +167,9 @@ pub struct ClaimResult {
     /// Jobs that were due but whose `expires_at` passed: now `failed`.
     pub expired: Vec<Job>,
     /// When the claim admitted fewer jobs than it could because of a guard:
-    /// what blocked it (for starvation warnings).
-    pub blocked_by: Option<String>,
+    /// what blocked it (the last candidate held back), for the dispatcher's
+    /// pool reservation and starvation warnings.
+    pub blocked_by: Option<Blocker>,
 }
 
 /// Extend leases of running jobs owned by `worker_id`.
@@ -486,16 +508,14 @@ pub trait JobStore: Send + Sync + 'static {
         &self,
         job: &Job,
         guards: &ClaimGuards,
-    ) -> Result<Option<String>, StoreError>;
+    ) -> Result<Option<Blocker>, StoreError>;
 
     /// Local notifications (inserts, terminal transitions). Postgres also
     /// relays other processes' inserts and completions via LISTEN/NOTIFY.
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent>;
 }
 
-/// The lease-expired error stored on a job that ran out of attempts.
-pub const LEASE_EXPIRED_ERROR: &str =
-    "lease expired: the worker running this job stopped renewing it (crash or partition) and no attempts are left";
+pub use policy::rescue::{LEASE_EXPIRED_ERROR, LEASE_RECOVERED_ERROR};
 
 /// The error stored on a job whose start deadline passed.
 pub const EXPIRED_ERROR: &str = "expired: the job was not started before its expires_at";
@@ -503,7 +523,3 @@ pub const EXPIRED_ERROR: &str = "expired: the job was not started before its exp
 /// The `error_code` stored with [`EXPIRED_ERROR`], so dashboards and
 /// `jobs --status failed` can tell expiry from handler failures.
 pub const EXPIRED_CODE: &str = "expired";
-
-pub(crate) fn chrono_dur(d: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX)
-}

@@ -16,7 +16,7 @@ use super::InsertJob;
 use crate::schedule::ScheduleDef;
 
 /// One declared schedule with the first tick it gets if it is new or edited.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct DeclaredSchedule {
     /// The definition.
     pub def: ScheduleDef,

@@ -22,7 +22,7 @@ use super::{
     JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams, StoreError,
     StoreEvent, TxConn,
 };
-use crate::guards::{ClaimGuards, PoolGuard, PoolStatus};
+use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, StatusCounts};
 use crate::schedule::ScheduleRecord;
 
@@ -257,7 +257,7 @@ impl JobStore for TracedStore {
         &self,
         job: &Job,
         guards: &ClaimGuards,
-    ) -> Result<Option<String>, StoreError> {
+    ) -> Result<Option<Blocker>, StoreError> {
         let span = debug_span!("store.blocked_by", backend = self.backend(), job = %job.id);
         traced(span, self.inner.blocked_by(job, guards)).await
     }

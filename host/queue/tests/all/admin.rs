@@ -4,11 +4,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use boxcar_queue::guards::{ClaimGuards, PoolGuard};
 use boxcar_queue::store::memory::MemoryStore;
 use boxcar_queue::store::postgres::PostgresStore;
 use boxcar_queue::store::sqlite::SqliteStore;
 use boxcar_queue::store::ClaimParams;
+use boxcar_queue::{ClaimGuards, PoolGuard};
 use boxcar_queue::{
     HandlerSettings, JobStatus, JobStore, ManualClock, NewJob, OptionsError, PoolConfig, Queue,
     QueueOptions, Registry, RegistryError, RetentionPolicy, Worker, WorkerOptions,
@@ -136,66 +136,76 @@ async fn postgres_enqueue_in_callers_transaction_and_sql_function() {
 #[test]
 fn every_invalid_option_is_named() {
     let base = WorkerOptions::default;
-    let retention = |older: u64, every: u64, statuses: Vec<JobStatus>| RetentionPolicy {
-        older_than: Duration::from_millis(older),
-        sweep_interval: Duration::from_millis(every),
-        statuses,
+    let retention = |older: u64, every: u64, statuses: Vec<JobStatus>| {
+        RetentionPolicy::new(
+            Duration::from_millis(older),
+            Duration::from_millis(every),
+            statuses,
+        )
     };
     let cases: Vec<(WorkerOptions, &str)> = vec![
         (
-            WorkerOptions {
-                worker_id: "  ".into(),
-                ..base()
+            {
+                let mut opts = base();
+                opts.worker_id = "  ".into();
+                opts
             },
             "worker_id",
         ),
         (
-            WorkerOptions {
-                poll_interval: Duration::ZERO,
-                ..base()
+            {
+                let mut opts = base();
+                opts.poll_interval = Duration::ZERO;
+                opts
             },
             "poll_interval",
         ),
         (
-            WorkerOptions {
-                max_backoff: Duration::from_secs(1),
-                base_backoff: Duration::from_secs(2),
-                ..base()
+            {
+                let mut opts = base();
+                opts.max_backoff = Duration::from_secs(1);
+                opts.base_backoff = Duration::from_secs(2);
+                opts
             },
             "max_backoff",
         ),
         (
-            WorkerOptions {
-                starvation_polls: 0,
-                ..base()
+            {
+                let mut opts = base();
+                opts.starvation_polls = 0;
+                opts
             },
             "starvation_polls",
         ),
         (
-            WorkerOptions {
-                retention: Some(retention(0, 10, vec![JobStatus::Succeeded])),
-                ..base()
+            {
+                let mut opts = base();
+                opts.retention = Some(retention(0, 10, vec![JobStatus::Succeeded]));
+                opts
             },
             "retention.older_than",
         ),
         (
-            WorkerOptions {
-                retention: Some(retention(10, 0, vec![JobStatus::Succeeded])),
-                ..base()
+            {
+                let mut opts = base();
+                opts.retention = Some(retention(10, 0, vec![JobStatus::Succeeded]));
+                opts
             },
             "retention.sweep_interval",
         ),
         (
-            WorkerOptions {
-                retention: Some(retention(10, 10, vec![])),
-                ..base()
+            {
+                let mut opts = base();
+                opts.retention = Some(retention(10, 10, vec![]));
+                opts
             },
             "retention.statuses",
         ),
         (
-            WorkerOptions {
-                retention: Some(retention(10, 10, vec![JobStatus::Running])),
-                ..base()
+            {
+                let mut opts = base();
+                opts.retention = Some(retention(10, 10, vec![JobStatus::Running]));
+                opts
             },
             "retention.statuses",
         ),
@@ -206,9 +216,10 @@ fn every_invalid_option_is_named() {
         assert!(err.to_string().contains(name));
     }
     assert!(WorkerOptions::default().validate().is_ok());
-    let q = QueueOptions {
-        default_max_attempts: 0,
-        ..QueueOptions::default()
+    let q = {
+        let mut opts = QueueOptions::default();
+        opts.default_max_attempts = 0;
+        opts
     };
     assert_eq!(q.validate().unwrap_err().option, "default_max_attempts");
     let store: Arc<dyn JobStore> = Arc::new(MemoryStore::new());
@@ -222,9 +233,10 @@ fn every_invalid_option_is_named() {
 async fn worker_refuses_bad_options() {
     let store: Arc<dyn JobStore> = Arc::new(MemoryStore::new());
     let q = Queue::new(store, QueueOptions::default()).unwrap();
-    let bad = WorkerOptions {
-        poll_interval: Duration::ZERO,
-        ..WorkerOptions::default()
+    let bad = {
+        let mut opts = WorkerOptions::default();
+        opts.poll_interval = Duration::ZERO;
+        opts
     };
     let err = Worker::start(q, Registry::new(), bad).err().unwrap();
     assert_eq!(err.option, "poll_interval");
@@ -234,9 +246,10 @@ async fn worker_refuses_bad_options() {
 fn registry_validation() {
     let h: Arc<dyn boxcar_queue::Handler> = Arc::new(boxcar_queue::bench::NoopHandler);
     let reg = Registry::new();
-    let w = |t: &[&str]| HandlerSettings {
-        waits_for: t.iter().map(|s| s.to_string()).collect(),
-        ..HandlerSettings::default()
+    let w = |t: &[&str]| {
+        let mut settings = HandlerSettings::default();
+        settings.waits_for = t.iter().map(|s| s.to_string()).collect();
+        settings
     };
     reg.register("a", h.clone(), w(&["b"])).unwrap();
     reg.register("b", h.clone(), w(&["c"])).unwrap();
@@ -249,18 +262,20 @@ fn registry_validation() {
         reg.get("c").is_none(),
         "a refused registration changes nothing"
     );
-    let bad = HandlerSettings {
-        concurrency: 0,
-        ..HandlerSettings::default()
+    let bad = {
+        let mut settings = HandlerSettings::default();
+        settings.concurrency = 0;
+        settings
     };
     assert!(reg
         .register("d", h.clone(), bad)
         .unwrap_err()
         .to_string()
         .contains("concurrency"));
-    let nwr = HandlerSettings {
-        not_while_running: vec!["f".into()],
-        ..HandlerSettings::default()
+    let nwr = {
+        let mut settings = HandlerSettings::default();
+        settings.not_while_running = vec!["f".into()];
+        settings
     };
     reg.register("e", h.clone(), nwr).unwrap();
     reg.register("f", h.clone(), HandlerSettings::default())
@@ -272,12 +287,13 @@ fn registry_validation() {
             .any(|w| w.contains("`e`") && w.contains("`f`")),
         "{warnings:?}"
     );
-    let pool = |name: &str, c: Option<u32>, r: Option<u32>, types: &[&str]| PoolConfig {
-        name: name.into(),
-        concurrency: c,
-        rate_per_minute: r,
-        types: types.iter().map(|s| s.to_string()).collect(),
-        ..PoolConfig::default()
+    let pool = |name: &str, c: Option<u32>, r: Option<u32>, types: &[&str]| {
+        let mut pool = PoolConfig::default();
+        pool.name = name.into();
+        pool.concurrency = c;
+        pool.rate_per_minute = r;
+        pool.types = types.iter().map(|s| s.to_string()).collect();
+        pool
     };
     assert!(reg
         .set_pools(vec![pool("p", None, None, &["a"])])
@@ -358,14 +374,15 @@ async fn retention_sweeper_prunes_old_terminal_jobs() {
         HandlerSettings::default(),
     )
     .unwrap();
-    let opts = WorkerOptions {
-        poll_interval: Duration::from_millis(20),
-        retention: Some(RetentionPolicy {
-            older_than: Duration::from_millis(50),
-            sweep_interval: Duration::from_millis(20),
-            statuses: vec![JobStatus::Succeeded],
-        }),
-        ..WorkerOptions::default()
+    let opts = {
+        let mut opts = WorkerOptions::default();
+        opts.poll_interval = Duration::from_millis(20);
+        opts.retention = Some(RetentionPolicy::new(
+            Duration::from_millis(50),
+            Duration::from_millis(20),
+            vec![JobStatus::Succeeded],
+        ));
+        opts
     };
     let w = Worker::start(q.clone(), reg, opts).unwrap();
     let id = q.add(NewJob::new("r", &json!({}))).await.unwrap().id;

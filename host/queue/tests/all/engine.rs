@@ -16,7 +16,7 @@ use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::support::{eventually, Backend, Fixture};
+use crate::support::{eventually, Backend, Fixture, Recorder};
 
 type Behaviour = Arc<dyn Fn(JobRun, JobContext) -> BoxFuture<'static, Outcome> + Send + Sync>;
 
@@ -39,35 +39,14 @@ where
     Arc::new(FnHandler(Arc::new(move |j, c| f(j, c).boxed())))
 }
 
-#[derive(Default)]
-struct Recorder(Mutex<Vec<LifecycleEvent>>);
-
-impl LifecycleObserver for Recorder {
-    fn on_transition(&self, event: &LifecycleEvent) {
-        self.0.lock().push(event.clone());
-    }
-}
-
-impl Recorder {
-    fn outcomes(&self, id: &str) -> Vec<LifecycleOutcome> {
-        self.0
-            .lock()
-            .iter()
-            .filter(|e| e.job_id == id)
-            .map(|e| e.outcome)
-            .collect()
-    }
-}
-
 fn fast_opts() -> WorkerOptions {
-    WorkerOptions {
-        poll_interval: Duration::from_millis(50),
-        base_backoff: Duration::from_millis(10),
-        max_backoff: Duration::from_millis(50),
-        abandon_grace: Duration::from_millis(100),
-        shutdown_grace: Duration::from_millis(200),
-        ..WorkerOptions::default()
-    }
+    let mut opts = WorkerOptions::default();
+    opts.poll_interval = Duration::from_millis(50);
+    opts.base_backoff = Duration::from_millis(10);
+    opts.max_backoff = Duration::from_millis(50);
+    opts.abandon_grace = Duration::from_millis(100);
+    opts.shutdown_grace = Duration::from_millis(200);
+    opts
 }
 
 fn start(q: &Queue, job_type: &str, h: Arc<dyn Handler>, s: HandlerSettings) -> WorkerHandle {
@@ -77,11 +56,10 @@ fn start(q: &Queue, job_type: &str, h: Arc<dyn Handler>, s: HandlerSettings) -> 
 }
 
 fn settings(timeout_ms: u64) -> HandlerSettings {
-    HandlerSettings {
-        concurrency: 4,
-        timeout: Duration::from_millis(timeout_ms),
-        ..HandlerSettings::default()
-    }
+    let mut settings = HandlerSettings::default();
+    settings.concurrency = 4;
+    settings.timeout = Duration::from_millis(timeout_ms);
+    settings
 }
 
 async fn wait_status(q: &Queue, id: &str, status: JobStatus) -> bool {
@@ -314,9 +292,10 @@ async fn renewal_and_reconcile(fx: &Fixture) {
             }
         }
     });
-    let s = HandlerSettings {
-        lease_duration: Some(Duration::from_millis(300)),
-        ..settings(60_000)
+    let s = {
+        let mut settings = settings(60_000);
+        settings.lease_duration = Some(Duration::from_millis(300));
+        settings
     };
     let w = start(&q, "long", h, s);
     let id = q
@@ -428,9 +407,10 @@ async fn services(fx: &Fixture) {
         }
     });
     let reg = Registry::new();
-    let parent = HandlerSettings {
-        may_enqueue: vec!["child".into()],
-        ..settings(5_000)
+    let parent = {
+        let mut settings = settings(5_000);
+        settings.may_enqueue = vec!["child".into()];
+        settings
     };
     reg.register("parent", h.clone(), parent).unwrap();
     reg.register("child", h, settings(5_000)).unwrap();
@@ -473,7 +453,7 @@ async fn all_children_reach(q: &Queue, filter: &JobFilter, status: JobStatus) ->
     .await
 }
 
-/// SPEC §9 flows: a parent with five children of two types, one failing
+/// Flows: a parent with five children of two types, one failing
 /// terminally, runs only after all five are terminal and sees 4 results and
 /// 1 failure; cancelling a parent aborts and cancels its running children.
 async fn flows_with_mixed_children(fx: &Fixture) {

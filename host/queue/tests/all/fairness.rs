@@ -1,9 +1,8 @@
-//! Fairness, starvation and start-up validation of guards (SPEC §5, issue
-//! 5): the dispatcher's rotating type order keeps a concurrency-1 pool mate
-//! from being starved by a concurrency-50 one; a type blocked for
+//! Fairness, starvation and start-up validation of guards: the
+//! dispatcher's rotating type order keeps a concurrency-1 pool mate from
+//! being starved by a concurrency-50 one; a type blocked for
 //! `starvation_polls` polls logs one warning naming its blocker (repeated
-//! once a minute while it stays blocked), not one per
-//! poll; a one-sided `not_while_running` is logged naming both handlers; a
+//! once a minute while it stays blocked), not one per poll; a one-sided `not_while_running` is logged naming both handlers; a
 //! `waits_for` cycle and every bad pool declaration are refused.
 
 use std::io::Write;
@@ -44,11 +43,10 @@ impl Handler for Recording {
 }
 
 fn opts() -> WorkerOptions {
-    WorkerOptions {
-        poll_interval: Duration::from_millis(20),
-        shutdown_grace: Duration::from_millis(200),
-        ..WorkerOptions::default()
-    }
+    let mut opts = WorkerOptions::default();
+    opts.poll_interval = Duration::from_millis(20);
+    opts.shutdown_grace = Duration::from_millis(200);
+    opts
 }
 
 const HOG: &str = "fair.hog";
@@ -72,17 +70,19 @@ async fn mate_is_not_starved(backend: Backend) {
         work: Duration::from_millis(5),
     });
     let reg = Registry::new();
-    let conc = |concurrency| HandlerSettings {
-        concurrency,
-        ..HandlerSettings::default()
+    let conc = |concurrency| {
+        let mut settings = HandlerSettings::default();
+        settings.concurrency = concurrency;
+        settings
     };
     reg.register(HOG, h.clone(), conc(50)).unwrap();
     reg.register(MATE, h, conc(1)).unwrap();
-    reg.set_pools(vec![PoolConfig {
-        name: "shared".into(),
-        concurrency: Some(2),
-        types: vec![HOG.into(), MATE.into()],
-        ..PoolConfig::default()
+    reg.set_pools(vec![{
+        let mut pool = PoolConfig::default();
+        pool.name = "shared".into();
+        pool.concurrency = Some(2);
+        pool.types = vec![HOG.into(), MATE.into()];
+        pool
     }])
     .unwrap();
     let w = Worker::start(q.clone(), reg, opts()).unwrap();
@@ -236,24 +236,22 @@ async fn starving_type_warns_once(backend: Backend, blocker: Blocker) {
     reg.register(BLOCKED, h, settings).unwrap();
     reg.declare_elsewhere([HOLDER.to_string()]);
     if let Blocker::Pool = blocker {
-        reg.set_pools(vec![PoolConfig {
-            name: "narrow".into(),
-            concurrency: Some(1),
-            types: vec![BLOCKED.into(), HOLDER.into()],
-            ..PoolConfig::default()
+        reg.set_pools(vec![{
+            let mut pool = PoolConfig::default();
+            pool.name = "narrow".into();
+            pool.concurrency = Some(1);
+            pool.types = vec![BLOCKED.into(), HOLDER.into()];
+            pool
         }])
         .unwrap();
     }
-    let w = Worker::start(
-        q.clone(),
-        reg,
-        WorkerOptions {
-            poll_interval: Duration::from_millis(5),
-            starvation_polls: 5,
-            shutdown_grace: Duration::from_millis(100),
-            ..WorkerOptions::default()
-        },
-    )
+    let w = Worker::start(q.clone(), reg, {
+        let mut opts = WorkerOptions::default();
+        opts.poll_interval = Duration::from_millis(5);
+        opts.starvation_polls = 5;
+        opts.shutdown_grace = Duration::from_millis(100);
+        opts
+    })
     .unwrap();
     let warned = eventually(Duration::from_secs(10), || async {
         !captured.lines_with("starving").is_empty()
@@ -316,26 +314,20 @@ async fn starvation_warning_repeats_once_a_minute() {
     q.add(NewJob::new(BLOCKED, &json!({}))).await.unwrap();
     let reg = Registry::new();
     let h: Arc<dyn Handler> = Arc::new(boxcar_queue::bench::NoopHandler);
-    reg.register(
-        BLOCKED,
-        h,
-        HandlerSettings {
-            not_while_running: vec![HOLDER.into()],
-            ..HandlerSettings::default()
-        },
-    )
+    reg.register(BLOCKED, h, {
+        let mut settings = HandlerSettings::default();
+        settings.not_while_running = vec![HOLDER.into()];
+        settings
+    })
     .unwrap();
     reg.declare_elsewhere([HOLDER.to_string()]);
-    let w = Worker::start(
-        q.clone(),
-        reg,
-        WorkerOptions {
-            poll_interval: Duration::from_secs(1),
-            starvation_polls: 5,
-            shutdown_grace: Duration::from_millis(100),
-            ..WorkerOptions::default()
-        },
-    )
+    let w = Worker::start(q.clone(), reg, {
+        let mut opts = WorkerOptions::default();
+        opts.poll_interval = Duration::from_secs(1);
+        opts.starvation_polls = 5;
+        opts.shutdown_grace = Duration::from_millis(100);
+        opts
+    })
     .unwrap();
     // Blocked from t = 0: warnings near t = 4 s, 64 s and 124 s.
     tokio::time::sleep(Duration::from_secs(30)).await;
@@ -357,14 +349,11 @@ async fn one_sided_not_while_running_is_logged_naming_both() {
     let _guard = captured.install();
     let h: Arc<dyn Handler> = Arc::new(boxcar_queue::bench::NoopHandler);
     let reg = Registry::new();
-    reg.register(
-        "side.one",
-        h.clone(),
-        HandlerSettings {
-            not_while_running: vec!["side.two".into()],
-            ..HandlerSettings::default()
-        },
-    )
+    reg.register("side.one", h.clone(), {
+        let mut settings = HandlerSettings::default();
+        settings.not_while_running = vec!["side.two".into()];
+        settings
+    })
     .unwrap();
     reg.register("side.two", h, HandlerSettings::default())
         .unwrap();
@@ -383,9 +372,10 @@ async fn one_sided_not_while_running_is_logged_naming_both() {
 fn waits_for_cycle_is_refused_naming_the_cycle() {
     let h: Arc<dyn Handler> = Arc::new(boxcar_queue::bench::NoopHandler);
     let reg = Registry::new();
-    let waits = |other: &str| HandlerSettings {
-        waits_for: vec![other.into()],
-        ..HandlerSettings::default()
+    let waits = |other: &str| {
+        let mut settings = HandlerSettings::default();
+        settings.waits_for = vec![other.into()];
+        settings
     };
     reg.register("rollup", h.clone(), waits("ingest")).unwrap();
     let err = reg.register("ingest", h, waits("rollup")).unwrap_err();
@@ -400,81 +390,87 @@ fn waits_for_cycle_is_refused_naming_the_cycle() {
 #[test]
 fn each_bad_pool_declaration_is_refused() {
     let reg = Registry::new();
-    let good = || PoolConfig {
-        name: "api".into(),
-        concurrency: Some(4),
-        rate_per_minute: Some(60),
-        types: vec!["a".into(), "b".into()],
-        ..PoolConfig::default()
+    let good = || {
+        let mut pool = PoolConfig::default();
+        pool.name = "api".into();
+        pool.concurrency = Some(4);
+        pool.rate_per_minute = Some(60);
+        pool.types = vec!["a".into(), "b".into()];
+        pool
     };
     let cases: Vec<(&str, Vec<PoolConfig>, &str)> = vec![
         (
             "neither dimension",
-            vec![PoolConfig {
-                concurrency: None,
-                rate_per_minute: None,
-                ..good()
+            vec![{
+                let mut pool = good();
+                pool.concurrency = None;
+                pool.rate_per_minute = None;
+                pool
             }],
             "declare concurrency, rate_per_minute or both",
         ),
         (
             "zero concurrency",
-            vec![PoolConfig {
-                concurrency: Some(0),
-                ..good()
+            vec![{
+                let mut pool = good();
+                pool.concurrency = Some(0);
+                pool
             }],
             "must be positive",
         ),
         (
             "zero rate",
-            vec![PoolConfig {
-                rate_per_minute: Some(0),
-                ..good()
+            vec![{
+                let mut pool = good();
+                pool.rate_per_minute = Some(0);
+                pool
             }],
             "must be positive",
         ),
         (
             "zero cost",
-            vec![PoolConfig {
-                costs: [("a".to_string(), 0)].into(),
-                ..good()
+            vec![{
+                let mut pool = good();
+                pool.costs = [("a".to_string(), 0)].into();
+                pool
             }],
             "costs must be positive",
         ),
         (
             "a cost the pool can never hold",
-            vec![PoolConfig {
-                costs: [("a".to_string(), 5)].into(),
-                ..good()
+            vec![{
+                let mut pool = good();
+                pool.costs = [("a".to_string(), 5)].into();
+                pool
             }],
             "type `a` costs 5 slots but the pool holds 4",
         ),
         (
             "zero rate cost",
-            vec![PoolConfig {
-                rate_costs: [("b".to_string(), 0)].into(),
-                ..good()
+            vec![{
+                let mut pool = good();
+                pool.rate_costs = [("b".to_string(), 0)].into();
+                pool
             }],
             "costs must be positive",
         ),
         (
             "no members",
-            vec![PoolConfig {
-                types: Vec::new(),
-                ..good()
+            vec![{
+                let mut pool = good();
+                pool.types = Vec::new();
+                pool
             }],
             "at least one member",
         ),
         (
             "a type in two pools",
-            vec![
-                good(),
-                PoolConfig {
-                    name: "other".into(),
-                    types: vec!["c".into(), "b".into()],
-                    ..good()
-                },
-            ],
+            vec![good(), {
+                let mut pool = good();
+                pool.name = "other".into();
+                pool.types = vec!["c".into(), "b".into()];
+                pool
+            }],
             "type `b` is also in pool `api`",
         ),
     ];

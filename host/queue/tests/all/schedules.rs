@@ -1,4 +1,4 @@
-//! Schedules (SPEC §8) and results that cross the hop (SPEC §9) on every
+//! Schedules and results that cross the hop (code, details) on every
 //! store: reconcile semantics, one job per tick across concurrent
 //! schedulers on separate connections, one catch-up job after downtime, a
 //! due-only read of the schedule table,
@@ -11,15 +11,13 @@ use std::time::Duration;
 use boxcar_queue::schedule::{Schedule, ScheduleSpec};
 use boxcar_queue::store::schedules::ReconcileReport;
 use boxcar_queue::{
-    Handler, HandlerSettings, JobContext, JobFilter, JobRun, JobStatus, LifecycleEvent,
-    LifecycleObserver, LifecycleOutcome, NewJob, Outcome, Queue, QueueOptions, Registry, Scheduler,
-    Worker, WorkerOptions,
+    Handler, HandlerSettings, JobContext, JobFilter, JobRun, JobStatus, LifecycleOutcome, NewJob,
+    Outcome, Queue, QueueOptions, Registry, Scheduler, Worker, WorkerOptions,
 };
 use futures::future::BoxFuture;
 use futures::FutureExt;
-use parking_lot::Mutex;
 
-use crate::support::{Backend, Fixture};
+use crate::support::{Backend, Fixture, Recorder};
 
 const ALL: [Backend; 3] = [Backend::Memory, Backend::Sqlite, Backend::Postgres];
 
@@ -267,21 +265,11 @@ impl Handler for Counted {
     }
 }
 
-#[derive(Default)]
-struct Recorder(Mutex<Vec<LifecycleEvent>>);
-
-impl LifecycleObserver for Recorder {
-    fn on_transition(&self, event: &LifecycleEvent) {
-        self.0.lock().push(event.clone());
-    }
-}
-
 fn fast() -> WorkerOptions {
-    WorkerOptions {
-        poll_interval: Duration::from_millis(50),
-        shutdown_grace: Duration::from_millis(200),
-        ..WorkerOptions::default()
-    }
+    let mut opts = WorkerOptions::default();
+    opts.poll_interval = Duration::from_millis(50);
+    opts.shutdown_grace = Duration::from_millis(200);
+    opts
 }
 
 async fn terminal_code_reaches_waiter(backend: Backend) {
@@ -367,14 +355,11 @@ async fn expires_before_any_worker(backend: Backend) {
     assert!(job.started_at.is_none());
     assert_eq!(calls.load(Ordering::SeqCst), 0, "the handler never ran");
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let outcomes: Vec<_> = recorder
-        .0
-        .lock()
-        .iter()
-        .filter(|e| e.job_id == id)
-        .map(|e| e.outcome)
-        .collect();
-    assert_eq!(outcomes, vec![LifecycleOutcome::Expired], "{backend:?}");
+    assert_eq!(
+        recorder.outcomes(&id),
+        vec![LifecycleOutcome::Expired],
+        "{backend:?}"
+    );
     fx.finish().await;
 }
 

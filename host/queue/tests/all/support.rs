@@ -8,7 +8,10 @@ use boxcar_queue::store::memory::MemoryStore;
 use boxcar_queue::store::postgres::PostgresStore;
 use boxcar_queue::store::sqlite::SqliteStore;
 use boxcar_queue::store::traced::TracedStore;
-use boxcar_queue::{JobStore, Queue, QueueOptions};
+use boxcar_queue::{
+    JobStore, LifecycleEvent, LifecycleObserver, LifecycleOutcome, Queue, QueueOptions,
+};
+use parking_lot::Mutex;
 
 /// Which backend a fixture uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,5 +163,27 @@ where
             return false;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Records every lifecycle event it observes.
+#[derive(Default)]
+pub struct Recorder(Mutex<Vec<LifecycleEvent>>);
+
+impl LifecycleObserver for Recorder {
+    fn on_transition(&self, event: &LifecycleEvent) {
+        self.0.lock().push(event.clone());
+    }
+}
+
+impl Recorder {
+    /// The outcomes observed for job `id`, in order.
+    pub fn outcomes(&self, id: &str) -> Vec<LifecycleOutcome> {
+        self.0
+            .lock()
+            .iter()
+            .filter(|e| e.job_id == id)
+            .map(|e| e.outcome)
+            .collect()
     }
 }

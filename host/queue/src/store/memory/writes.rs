@@ -1,0 +1,202 @@
+//! Inserts and the engine's transitions on the memory store, each under
+//! the state mutex, fenced on `status = running AND lease_owner = worker`
+//! after a claim exactly as the SQL stores fence their `UPDATE`s.
+
+use super::{finish, live, unfinished, MemoryStore};
+use crate::job::{AddResult, Job, JobStatus};
+use crate::store::{
+    CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams, RetryParams, StoreError,
+    StoreEvent,
+};
+use crate::time;
+
+/// Whether `job` runs under `worker`'s lease (expired or not).
+fn owned_by(job: &Job, worker: &str) -> bool {
+    job.status == JobStatus::Running && job.lease_owner.as_deref() == Some(worker)
+}
+
+pub(super) async fn add_many(
+    store: &MemoryStore,
+    jobs: Vec<InsertJob>,
+) -> Result<Vec<AddResult>, StoreError> {
+    let now = store.clock.now();
+    let mut types = Vec::new();
+    let out = {
+        let mut st = store.state.lock().await;
+        for j in &jobs {
+            if let Some(p) = &j.parent_id {
+                let in_batch = jobs.iter().any(|o| &o.id == p);
+                if !in_batch && !st.jobs.contains_key(p) {
+                    return Err(StoreError::UnknownParent(p.clone()));
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(jobs.len());
+        for j in jobs {
+            let duplicate = j.dedupe_key.as_ref().and_then(|key| {
+                st.jobs
+                    .values()
+                    .find(|o| o.dedupe_key.as_ref() == Some(key) && unfinished(o))
+            });
+            if let Some(o) = duplicate {
+                out.push(AddResult {
+                    id: o.id.clone(),
+                    deduplicated: true,
+                });
+                continue;
+            }
+            let run_at = time::after(j.run_at.unwrap_or(now), j.delay);
+            let expires_at = j.expires_at.or_else(|| j.ttl.map(|t| time::after(now, t)));
+            types.push(j.job_type.clone());
+            out.push(AddResult {
+                id: j.id.clone(),
+                deduplicated: false,
+            });
+            let job = Job {
+                id: j.id,
+                job_type: j.job_type,
+                payload: j.payload,
+                scope: j.scope,
+                status: JobStatus::Pending,
+                priority: j.priority,
+                run_at,
+                attempts: 0,
+                max_attempts: j.max_attempts,
+                last_error: None,
+                error_code: None,
+                error_details: None,
+                dedupe_key: j.dedupe_key,
+                lease_owner: None,
+                lease_expires_at: None,
+                started_at: None,
+                finished_at: None,
+                result: None,
+                progress: None,
+                parent_id: j.parent_id,
+                schedule_id: j.schedule_id,
+                expires_at,
+                handler_version: None,
+                created_at: now,
+                updated_at: now,
+            };
+            st.jobs.insert(job.id.clone(), job);
+        }
+        out
+    };
+    types.dedup();
+    for t in types {
+        store.notify(StoreEvent::Inserted(t));
+    }
+    Ok(out)
+}
+
+pub(super) async fn renew_leases(store: &MemoryStore, p: RenewParams) -> Vec<String> {
+    let now = store.clock.now();
+    let mut st = store.state.lock().await;
+    let mut out = Vec::new();
+    for id in p.ids {
+        if let Some(job) = st.jobs.get_mut(&id) {
+            if live(job, now) && owned_by(job, &p.worker_id) {
+                job.lease_expires_at = Some(time::after(now, p.lease));
+                job.updated_at = now;
+                out.push(id);
+            }
+        }
+    }
+    out
+}
+
+pub(super) async fn complete(store: &MemoryStore, p: CompleteParams) -> Vec<String> {
+    let now = store.clock.now();
+    let mut out = Vec::new();
+    {
+        let mut st = store.state.lock().await;
+        for c in p.jobs {
+            if let Some(job) = st.jobs.get_mut(&c.id) {
+                if owned_by(job, &p.worker_id) {
+                    finish(job, JobStatus::Succeeded, None, now);
+                    job.result = c.result;
+                    out.push(c.id);
+                }
+            }
+        }
+    }
+    for id in &out {
+        store.notify(StoreEvent::Finished(id.clone()));
+    }
+    out
+}
+
+pub(super) async fn retry(store: &MemoryStore, p: RetryParams) -> bool {
+    let now = store.clock.now();
+    let mut st = store.state.lock().await;
+    let Some(job) = st.jobs.get_mut(&p.id).filter(|j| owned_by(j, &p.worker_id)) else {
+        return false;
+    };
+    job.status = JobStatus::Pending;
+    job.lease_owner = None;
+    job.lease_expires_at = None;
+    job.last_error = Some(p.error);
+    job.run_at = time::after(now, p.delay);
+    if !p.consumes_attempt {
+        job.attempts = job.attempts.saturating_sub(1);
+    }
+    job.updated_at = now;
+    true
+}
+
+pub(super) async fn fail(store: &MemoryStore, p: FailParams) -> bool {
+    let now = store.clock.now();
+    let ok = {
+        let mut st = store.state.lock().await;
+        match st.jobs.get_mut(&p.id).filter(|j| owned_by(j, &p.worker_id)) {
+            Some(job) => {
+                finish(job, JobStatus::Failed, Some(p.error), now);
+                job.error_code = p.code;
+                job.error_details = p.details;
+                true
+            }
+            None => false,
+        }
+    };
+    if ok {
+        store.notify(StoreEvent::Finished(p.id));
+    }
+    ok
+}
+
+pub(super) async fn release(store: &MemoryStore, p: ReleaseParams) -> u64 {
+    let now = store.clock.now();
+    let mut st = store.state.lock().await;
+    let mut n = 0;
+    for id in p.ids {
+        if let Some(job) = st.jobs.get_mut(&id).filter(|j| owned_by(j, &p.worker_id)) {
+            job.status = JobStatus::Pending;
+            job.lease_owner = None;
+            job.lease_expires_at = None;
+            job.attempts = job.attempts.saturating_sub(1);
+            job.run_at = now;
+            job.updated_at = now;
+            n += 1;
+        }
+    }
+    n
+}
+
+pub(super) async fn set_progress(
+    store: &MemoryStore,
+    worker_id: &str,
+    id: &str,
+    json: &str,
+) -> bool {
+    let now = store.clock.now();
+    let mut st = store.state.lock().await;
+    match st.jobs.get_mut(id).filter(|j| owned_by(j, worker_id)) {
+        Some(job) => {
+            job.progress = Some(json.to_string());
+            job.updated_at = now;
+            true
+        }
+        None => false,
+    }
+}

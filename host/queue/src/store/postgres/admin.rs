@@ -1,0 +1,209 @@
+//! Administration on Postgres: inspect (get, find, counts, ownership),
+//! cancel, retry failed jobs, prune.
+//!
+//! Invariant: a cancel is one statement — a recursive walk from the
+//! targets to their unfinished descendants, rows locked `FOR UPDATE`, then
+//! updated — so a job and its children are cancelled together.
+
+use sqlx::postgres::PgArguments;
+use sqlx::query::Query;
+use sqlx::Postgres;
+
+use super::PostgresStore;
+use crate::job::{Job, JobFilter, JobStatus, StatusCounts};
+use crate::store::sql::{
+    cancelled_from_row, job_from_row, jobs_from_rows, status_counts, JOB_COLS, LIVE,
+};
+use crate::store::{CancelParams, CancelTarget, CancelledJob, PruneParams, StoreError, StoreEvent};
+
+/// The `WHERE` clause of `f`, numbering its parameters from `*n + 1`.
+fn filter_sql(f: &JobFilter, n: &mut usize) -> String {
+    let mut next = || {
+        *n += 1;
+        *n
+    };
+    let mut w = vec!["true".to_string()];
+    if !f.types.is_empty() {
+        w.push(format!("job_type = ANY(${})", next()));
+    }
+    if !f.statuses.is_empty() {
+        w.push(format!("status = ANY(${})", next()));
+    }
+    if f.scope.is_some() {
+        let a = next();
+        let b = next();
+        w.push(format!("scope_type = ${a} AND scope_id = ${b}"));
+    }
+    if f.parent_id.is_some() {
+        w.push(format!("parent_id = ${}", next()));
+    }
+    w.join(" AND ")
+}
+
+/// Binds `f`'s parameters in [`filter_sql`]'s order.
+fn bind_filter<'q>(
+    mut q: Query<'q, Postgres, PgArguments>,
+    f: &JobFilter,
+) -> Query<'q, Postgres, PgArguments> {
+    if !f.types.is_empty() {
+        q = q.bind(f.types.clone());
+    }
+    if !f.statuses.is_empty() {
+        let statuses: Vec<String> = f.statuses.iter().map(|s| s.as_str().to_string()).collect();
+        q = q.bind(statuses);
+    }
+    if let Some(s) = &f.scope {
+        q = q.bind(s.scope_type.clone()).bind(s.scope_id.clone());
+    }
+    if let Some(p) = &f.parent_id {
+        q = q.bind(p.clone());
+    }
+    q
+}
+
+pub(super) async fn get(store: &PostgresStore, id: &str) -> Result<Option<Job>, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {cols} FROM {} WHERE id = $1",
+        store.jobs,
+        cols = *JOB_COLS
+    ))
+    .bind(id)
+    .fetch_optional(&store.pool)
+    .await?;
+    row.as_ref().map(job_from_row).transpose()
+}
+
+pub(super) async fn find(store: &PostgresStore, f: &JobFilter) -> Result<Vec<Job>, StoreError> {
+    let mut n = 0;
+    let w = filter_sql(f, &mut n);
+    let sql = format!(
+        "SELECT {cols} FROM {} WHERE {w} ORDER BY created_at, id LIMIT ${} OFFSET ${}",
+        store.jobs,
+        n + 1,
+        n + 2,
+        cols = *JOB_COLS
+    );
+    let rows = bind_filter(sqlx::query(&sql), f)
+        .bind(i64::from(f.limit.unwrap_or(JobFilter::DEFAULT_LIMIT)))
+        .bind(i64::from(f.offset.unwrap_or(0)))
+        .fetch_all(&store.pool)
+        .await?;
+    jobs_from_rows(&rows)
+}
+
+pub(super) async fn count_by_status(store: &PostgresStore) -> Result<StatusCounts, StoreError> {
+    let rows = sqlx::query(&format!(
+        "SELECT status, COUNT(*) AS n FROM {} GROUP BY status",
+        store.jobs
+    ))
+    .fetch_all(&store.pool)
+    .await?;
+    status_counts(&rows)
+}
+
+pub(super) async fn still_owned(
+    store: &PostgresStore,
+    worker_id: &str,
+    ids: &[String],
+) -> Result<Vec<String>, StoreError> {
+    Ok(sqlx::query_scalar(&format!(
+        "SELECT id FROM {} WHERE id = ANY($1) AND status = 'running' AND lease_owner = $2",
+        store.jobs
+    ))
+    .bind(ids)
+    .bind(worker_id)
+    .fetch_all(&store.pool)
+    .await?)
+}
+
+pub(super) async fn cancel(
+    store: &PostgresStore,
+    p: CancelParams,
+) -> Result<Vec<CancelledJob>, StoreError> {
+    let t = &store.jobs;
+    let (cond, a, b): (String, Vec<String>, Option<String>) = match &p.target {
+        CancelTarget::Ids(ids) => (format!("id = ANY($2) AND {LIVE}"), ids.clone(), None),
+        CancelTarget::Scope {
+            scope,
+            include_running,
+        } => {
+            let st = if *include_running {
+                LIVE
+            } else {
+                "status = 'pending'"
+            };
+            (
+                format!("scope_type = $2[1] AND scope_id = $2[2] AND {st}"),
+                vec![scope.scope_type.clone(), scope.scope_id.clone()],
+                None,
+            )
+        }
+        CancelTarget::DedupeKeys { job_type, keys } => (
+            format!("job_type = $3 AND dedupe_key = ANY($2) AND {LIVE}"),
+            keys.clone(),
+            Some(job_type.clone()),
+        ),
+    };
+    let sql = format!(
+        "WITH RECURSIVE targets AS ( \
+             SELECT id FROM {t} WHERE {cond} \
+             UNION SELECT c.id FROM {t} c JOIN targets ON c.parent_id = targets.id WHERE c.{LIVE}), \
+         locked AS (SELECT j.id, j.status AS old_status FROM {t} j JOIN targets USING (id) \
+             WHERE j.{LIVE} FOR UPDATE OF j) \
+         UPDATE {t} j SET status = 'cancelled', last_error = $1, finished_at = now(), \
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
+         FROM locked WHERE j.id = locked.id \
+         RETURNING j.id, j.job_type, j.scope_type, j.scope_id, locked.old_status, j.attempts"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(&p.reason)
+        .bind(&a)
+        .bind(&b)
+        .fetch_all(&store.pool)
+        .await?;
+    rows.iter()
+        .map(|r| cancelled_from_row(r, "old_status"))
+        .collect()
+}
+
+pub(super) async fn retry_failed(store: &PostgresStore, f: &JobFilter) -> Result<u64, StoreError> {
+    let mut f = f.clone();
+    f.statuses = vec![JobStatus::Failed];
+    let mut n = 0;
+    let w = filter_sql(&f, &mut n);
+    let sql = format!(
+        "UPDATE {t} SET status = 'pending', attempts = 0, last_error = NULL, finished_at = NULL, \
+           error_code = NULL, error_details = NULL, \
+           run_at = now(), updated_at = now() \
+         WHERE id IN (SELECT id FROM {t} WHERE {w} ORDER BY created_at, id LIMIT ${} OFFSET ${}) \
+           AND status = 'failed'",
+        n + 1,
+        n + 2,
+        t = store.jobs
+    );
+    let r = bind_filter(sqlx::query(&sql), &f)
+        .bind(f.limit.map(i64::from))
+        .bind(i64::from(f.offset.unwrap_or(0)))
+        .execute(&store.pool)
+        .await?;
+    let _ = store.events.send(StoreEvent::Inserted(String::new()));
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn prune(store: &PostgresStore, p: PruneParams) -> Result<u64, StoreError> {
+    let statuses: Vec<String> = p
+        .statuses
+        .iter()
+        .filter(|s| s.is_terminal())
+        .map(|s| s.as_str().to_string())
+        .collect();
+    let r = sqlx::query(&format!(
+        "DELETE FROM {} WHERE status = ANY($1) AND finished_at < $2",
+        store.jobs
+    ))
+    .bind(&statuses)
+    .bind(p.older_than)
+    .execute(&store.pool)
+    .await?;
+    Ok(r.rows_affected())
+}

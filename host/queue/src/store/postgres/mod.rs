@@ -1,0 +1,333 @@
+//! Postgres [`JobStore`] for fleets of hosts.
+//!
+//! Invariants:
+//! - All tables live in one schema (default `boxcar`); every statement names
+//!   it explicitly, so a caller's transaction with any `search_path` can
+//!   enqueue (`add_in_tx`), and several schemas can share a database.
+//! - Lease and due-time comparisons use the database clock (`now()`).
+//! - Inserts notify `<schema>_jobs_inserted` and terminal transitions notify
+//!   `<schema>_jobs_finished` (triggers); a listener task relays both to
+//!   [`JobStore::subscribe`].
+//! - Migrations of one schema run behind a session advisory lock keyed on
+//!   the schema, so processes starting together apply each version once.
+//!
+//! Modules by concern: `writes` (insert, claim, complete, retry, fail,
+//! release, progress), `admin` (inspect, cancel, retry failed, prune),
+//! `events`, `listen` (the LISTEN relay), `schedules`, `tx` (the primitives the shared policies run on:
+//! guarded claims, rescue, guard answers) and `rows` (column reads).
+
+mod admin;
+mod events;
+mod listen;
+mod rows;
+mod schedules;
+mod tx;
+mod writes;
+
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool};
+use tokio::sync::broadcast;
+
+use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
+use super::{
+    CancelParams, CancelledJob, ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob,
+    JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams, StoreError,
+    StoreEvent, TxConn,
+};
+use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
+use crate::job::{AddResult, HandlerEvent, Job, JobFilter, StatusCounts};
+use crate::schedule::ScheduleRecord;
+
+/// The default schema.
+pub const DEFAULT_SCHEMA: &str = "boxcar";
+
+/// Whether `s` is a safe unquoted schema name.
+pub fn valid_schema(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// A Postgres-backed store in one schema.
+pub struct PostgresStore {
+    pool: PgPool,
+    /// Connections with `synchronous_commit = off`, used only for engine
+    /// transitions (claim, renew, complete, retry, fail, release, rescue,
+    /// progress). Losing the last of these on a database crash only makes
+    /// a job run again, which at-least-once delivery already allows;
+    /// enqueues and cancels stay on the durable `pool`.
+    fast: PgPool,
+    schema: String,
+    jobs: String,
+    events: broadcast::Sender<StoreEvent>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// Applies the migrations to `schema` on `conn`, holding a session advisory
+/// lock keyed on the schema name for the whole run.
+async fn migrate_schema(conn: &mut PgConnection, schema: &str) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_advisory_lock(hashtext('boxcar.migrate'), hashtext($1))")
+        .bind(schema)
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query(&format!("SET search_path TO {schema}"))
+        .execute(&mut *conn)
+        .await?;
+    sqlx::migrate!("../../migrations/postgres")
+        .run_direct(&mut *conn)
+        .await?;
+    sqlx::query("RESET search_path").execute(&mut *conn).await?;
+    sqlx::query("SELECT pg_advisory_unlock(hashtext('boxcar.migrate'), hashtext($1))")
+        .bind(schema)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+impl PostgresStore {
+    /// Connects to `url` using tables in `schema` (created by `migrate`).
+    /// Starts the LISTEN task that relays wake-ups.
+    ///
+    /// # Errors
+    /// The schema name is not a plain lowercase identifier, or the server
+    /// cannot be reached.
+    pub async fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
+        if !valid_schema(schema) {
+            return Err(StoreError::BadUrl {
+                url: "postgres://…".into(),
+                reason: format!(
+                    "schema `{schema}` must be a lowercase identifier ([a-z_][a-z0-9_]*)"
+                ),
+            });
+        }
+        let opts = PgConnectOptions::from_str(url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with(opts.clone())
+            .await?;
+        let fast = PgPoolOptions::new()
+            .max_connections(4)
+            .after_connect(|conn, _| {
+                Box::pin(async move {
+                    sqlx::query("SET synchronous_commit = off")
+                        .execute(conn)
+                        .await?;
+                    Ok(())
+                })
+            })
+            .connect_with(opts)
+            .await?;
+        let (events, _) = broadcast::channel(4096);
+        let listener = listen::relay(&pool, schema, events.clone()).await?;
+        Ok(Self {
+            pool,
+            fast,
+            jobs: format!("{schema}.jobs"),
+            schema: schema.to_string(),
+            events,
+            listener,
+        })
+    }
+
+    /// The connection pool.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// The schema holding the tables.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    /// Drops the schema and everything in it (tests).
+    ///
+    /// # Errors
+    /// The database refused.
+    pub async fn drop_schema(&self) -> Result<(), StoreError> {
+        sqlx::query(&format!("DROP SCHEMA IF EXISTS {} CASCADE", self.schema))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl JobStore for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        // sqlx's migrator takes an advisory lock per database, but only after
+        // our `CREATE SCHEMA IF NOT EXISTS`, which is not safe against a
+        // concurrent twin (it can fail on pg_namespace's unique index); and
+        // it does not release its lock when a migration fails. So: one
+        // session lock per schema around everything, and a connection that
+        // saw an error is closed rather than returned (dropping any lock it
+        // still holds).
+        let mut conn = self.pool.acquire().await?;
+        let res = migrate_schema(&mut conn, &self.schema).await;
+        if res.is_err() {
+            conn.close().await.ok();
+        }
+        res
+    }
+
+    async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
+        Ok(sqlx::query_scalar("SELECT now()")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn add_many(&self, jobs: Vec<InsertJob>) -> Result<Vec<AddResult>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        writes::insert_all(&mut conn, &self.jobs, &jobs).await
+    }
+
+    async fn add_in_tx(
+        &self,
+        conn: TxConn<'_>,
+        jobs: Vec<InsertJob>,
+    ) -> Result<Vec<AddResult>, StoreError> {
+        match conn {
+            TxConn::Postgres(c) => writes::insert_all(c, &self.jobs, &jobs).await,
+            #[allow(unreachable_patterns)]
+            _ => Err(StoreError::Unsupported(
+                "this queue uses Postgres; enqueue through a Postgres transaction on the same database".into(),
+            )),
+        }
+    }
+
+    async fn claim_batch(&self, p: ClaimParams) -> Result<ClaimResult, StoreError> {
+        writes::claim_batch(self, p).await
+    }
+
+    async fn renew_leases(&self, p: RenewParams) -> Result<Vec<String>, StoreError> {
+        writes::renew_leases(self, p).await
+    }
+
+    async fn complete(&self, p: CompleteParams) -> Result<Vec<String>, StoreError> {
+        writes::complete(self, p).await
+    }
+
+    async fn retry(&self, p: RetryParams) -> Result<bool, StoreError> {
+        writes::retry(self, p).await
+    }
+
+    async fn fail(&self, p: FailParams) -> Result<bool, StoreError> {
+        writes::fail(self, p).await
+    }
+
+    async fn release(&self, p: ReleaseParams) -> Result<u64, StoreError> {
+        writes::release(self, p).await
+    }
+
+    async fn cancel(&self, p: CancelParams) -> Result<Vec<CancelledJob>, StoreError> {
+        admin::cancel(self, p).await
+    }
+
+    async fn rescue(&self, p: RescueParams) -> Result<Vec<Job>, StoreError> {
+        tx::rescue(self, p.limit).await
+    }
+
+    async fn still_owned(
+        &self,
+        worker_id: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        admin::still_owned(self, worker_id, ids).await
+    }
+
+    async fn set_progress(
+        &self,
+        worker_id: &str,
+        id: &str,
+        json: &str,
+    ) -> Result<bool, StoreError> {
+        writes::set_progress(self, worker_id, id, json).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        admin::get(self, id).await
+    }
+
+    async fn find(&self, f: &JobFilter) -> Result<Vec<Job>, StoreError> {
+        admin::find(self, f).await
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
+        admin::count_by_status(self).await
+    }
+
+    async fn retry_failed(&self, f: &JobFilter) -> Result<u64, StoreError> {
+        admin::retry_failed(self, f).await
+    }
+
+    async fn prune(&self, p: PruneParams) -> Result<u64, StoreError> {
+        admin::prune(self, p).await
+    }
+
+    async fn record_handler_event(&self, e: HandlerEvent) -> Result<(), StoreError> {
+        events::record(self, e).await
+    }
+
+    async fn handler_events(&self, limit: u32) -> Result<Vec<HandlerEvent>, StoreError> {
+        events::recent(self, limit).await
+    }
+
+    async fn pool_status(&self, pools: &[PoolGuard]) -> Result<Vec<PoolStatus>, StoreError> {
+        tx::pool_status(self, pools).await
+    }
+
+    async fn reconcile_schedules(
+        &self,
+        params: ReconcileSchedules,
+    ) -> Result<ReconcileReport, StoreError> {
+        schedules::reconcile_schedules(self, params).await
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError> {
+        schedules::list(self).await
+    }
+
+    async fn due_schedules(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>, StoreError> {
+        schedules::due(self, now, limit).await
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> Result<Option<AddResult>, StoreError> {
+        schedules::fire(self, params).await
+    }
+
+    async fn blocked_by(
+        &self,
+        job: &Job,
+        guards: &ClaimGuards,
+    ) -> Result<Option<Blocker>, StoreError> {
+        tx::blocked_by(self, job, guards).await
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+        self.events.subscribe()
+    }
+}

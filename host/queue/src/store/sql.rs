@@ -1,0 +1,212 @@
+//! What the SQL stores share: the jobs and schedules column lists, the
+//! live-status predicate, and the mapping from a result row to a [`Job`] or
+//! [`ScheduleRecord`] — written once over [`SqlRow`], a five-method adapter
+//! each backend implements for its row type (SQLite keeps times as integer
+//! milliseconds, Postgres as `timestamptz`).
+
+use std::str::FromStr;
+use std::sync::LazyLock;
+
+use chrono::{DateTime, Utc};
+
+use super::{CancelledJob, StoreError};
+use crate::handler::Scope;
+use crate::job::{HandlerEvent, HandlerEventKind, Job, JobStatus, StatusCounts};
+use crate::schedule::{ScheduleDef, ScheduleRecord};
+
+/// Every column of a job row, in the order [`job_from_row`] reads them.
+const JOB_COLUMNS: [&str; 26] = [
+    "id",
+    "job_type",
+    "payload",
+    "scope_type",
+    "scope_id",
+    "status",
+    "priority",
+    "run_at",
+    "attempts",
+    "max_attempts",
+    "last_error",
+    "dedupe_key",
+    "lease_owner",
+    "lease_expires_at",
+    "started_at",
+    "finished_at",
+    "result",
+    "progress",
+    "parent_id",
+    "schedule_id",
+    "expires_at",
+    "handler_version",
+    "created_at",
+    "updated_at",
+    "error_code",
+    "error_details",
+];
+
+/// The job columns, comma-separated.
+pub(super) static JOB_COLS: LazyLock<String> = LazyLock::new(|| job_columns(""));
+
+/// The job columns, each prefixed (e.g. `j.`).
+pub(super) fn job_columns(prefix: &str) -> String {
+    JOB_COLUMNS
+        .iter()
+        .map(|c| format!("{prefix}{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The columns of a schedule row.
+pub(super) const SCHEDULE_COLS: &str = "id, job_type, payload, every_ms, cron, tz, immediately, \
+    start_at, end_at, next_run_at, last_run_at, owner, created_at, updated_at";
+
+/// A job that is neither finished nor cancelled: it holds its dedupe key,
+/// blocks its parent, and can be cancelled.
+pub(super) const LIVE: &str = "status IN ('pending', 'running')";
+
+/// The column reads the shared row mappings need.
+pub(super) trait SqlRow {
+    /// A text column.
+    fn text(&self, col: &str) -> Result<String, StoreError>;
+    /// A nullable text column.
+    fn opt_text(&self, col: &str) -> Result<Option<String>, StoreError>;
+    /// A 32-bit integer column (`int4` on Postgres).
+    fn int4(&self, col: &str) -> Result<i32, StoreError>;
+    /// A nullable 64-bit integer column (`int8` on Postgres).
+    fn opt_int8(&self, col: &str) -> Result<Option<i64>, StoreError>;
+    /// A nullable instant column.
+    fn opt_time(&self, col: &str) -> Result<Option<DateTime<Utc>>, StoreError>;
+    /// A boolean column.
+    fn flag(&self, col: &str) -> Result<bool, StoreError>;
+
+    /// A non-null instant column.
+    fn time(&self, col: &str) -> Result<DateTime<Utc>, StoreError> {
+        self.opt_time(col)?
+            .ok_or_else(|| StoreError::Corrupt(format!("column `{col}` is NULL")))
+    }
+
+    /// A count column; `fallback` for a negative value.
+    fn count(&self, col: &str, fallback: u32) -> Result<u32, StoreError> {
+        Ok(u32::try_from(self.int4(col)?).unwrap_or(fallback))
+    }
+}
+
+fn status(r: &impl SqlRow) -> Result<JobStatus, StoreError> {
+    JobStatus::from_str(&r.text("status")?).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+fn scope(r: &impl SqlRow) -> Result<Option<Scope>, StoreError> {
+    Ok(r.opt_text("scope_type")?
+        .zip(r.opt_text("scope_id")?)
+        .map(|(t, i)| Scope::new(t, i)))
+}
+
+/// A job from a row with the [`JOB_COLS`].
+pub(super) fn job_from_row(r: &impl SqlRow) -> Result<Job, StoreError> {
+    Ok(Job {
+        id: r.text("id")?,
+        job_type: r.text("job_type")?,
+        payload: r.text("payload")?,
+        scope: scope(r)?,
+        status: status(r)?,
+        priority: r.int4("priority")?,
+        run_at: r.time("run_at")?,
+        attempts: r.count("attempts", 0)?,
+        max_attempts: r.count("max_attempts", 1)?,
+        last_error: r.opt_text("last_error")?,
+        error_code: r.opt_text("error_code")?,
+        error_details: r.opt_text("error_details")?,
+        dedupe_key: r.opt_text("dedupe_key")?,
+        lease_owner: r.opt_text("lease_owner")?,
+        lease_expires_at: r.opt_time("lease_expires_at")?,
+        started_at: r.opt_time("started_at")?,
+        finished_at: r.opt_time("finished_at")?,
+        result: r.opt_text("result")?,
+        progress: r.opt_text("progress")?,
+        parent_id: r.opt_text("parent_id")?,
+        schedule_id: r.opt_text("schedule_id")?,
+        expires_at: r.opt_time("expires_at")?,
+        handler_version: r.opt_text("handler_version")?,
+        created_at: r.time("created_at")?,
+        updated_at: r.time("updated_at")?,
+    })
+}
+
+/// Jobs from rows with the [`JOB_COLS`].
+pub(super) fn jobs_from_rows<R: SqlRow>(rows: &[R]) -> Result<Vec<Job>, StoreError> {
+    rows.iter().map(job_from_row).collect()
+}
+
+/// A cancelled job from a row with `id, job_type, scope_type, scope_id,
+/// attempts` and its status before the cancel in `status_column`.
+pub(super) fn cancelled_from_row(
+    r: &impl SqlRow,
+    status_column: &str,
+) -> Result<CancelledJob, StoreError> {
+    Ok(CancelledJob {
+        id: r.text("id")?,
+        job_type: r.text("job_type")?,
+        scope: scope(r)?,
+        was_running: r.text(status_column)? == JobStatus::Running.as_str(),
+        attempts: r.count("attempts", 0)?,
+    })
+}
+
+/// A schedule from a row with the [`SCHEDULE_COLS`].
+pub(super) fn schedule_from_row(r: &impl SqlRow) -> Result<ScheduleRecord, StoreError> {
+    Ok(ScheduleRecord {
+        def: ScheduleDef {
+            id: r.text("id")?,
+            job_type: r.text("job_type")?,
+            payload: r.text("payload")?,
+            every_ms: r.opt_int8("every_ms")?,
+            cron: r.opt_text("cron")?,
+            tz: r.opt_text("tz")?,
+            immediately: r.flag("immediately")?,
+            start_at: r.opt_time("start_at")?,
+            end_at: r.opt_time("end_at")?,
+        },
+        next_run_at: r.opt_time("next_run_at")?,
+        last_run_at: r.opt_time("last_run_at")?,
+        owner: r.opt_text("owner")?,
+        created_at: r.time("created_at")?,
+        updated_at: r.time("updated_at")?,
+    })
+}
+
+/// Counts per status from rows of `status, n` (`COUNT(*) AS n`).
+pub(super) fn status_counts<R: SqlRow>(rows: &[R]) -> Result<StatusCounts, StoreError> {
+    let mut counts = StatusCounts::default();
+    for r in rows {
+        let n = r.opt_int8("n")?.unwrap_or(0);
+        counts.add(status(r)?, u64::try_from(n).unwrap_or(0));
+    }
+    Ok(counts)
+}
+
+/// Counts per job type from rows of `job_type, n` (`COUNT(*) AS n`).
+pub(super) fn type_counts<R: SqlRow>(rows: &[R]) -> Result<Vec<(String, u64)>, StoreError> {
+    rows.iter()
+        .map(|r| {
+            let n = r.opt_int8("n")?.unwrap_or(0);
+            Ok((r.text("job_type")?, u64::try_from(n).unwrap_or(0)))
+        })
+        .collect()
+}
+
+/// The columns of a handler event row.
+pub(super) const EVENT_COLS: &str = "at, job_type, file, digest, kind, reason";
+
+/// A handler event from a row with the [`EVENT_COLS`].
+pub(super) fn event_from_row(r: &impl SqlRow) -> Result<HandlerEvent, StoreError> {
+    let kind = r.text("kind")?;
+    Ok(HandlerEvent {
+        at: r.time("at")?,
+        job_type: r.opt_text("job_type")?,
+        file: r.opt_text("file")?,
+        digest: r.opt_text("digest")?,
+        kind: HandlerEventKind::parse(&kind)
+            .ok_or_else(|| StoreError::Corrupt(format!("handler event kind `{kind}`")))?,
+        reason: r.opt_text("reason")?,
+    })
+}

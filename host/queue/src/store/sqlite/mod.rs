@@ -1,0 +1,303 @@
+//! SQLite [`JobStore`]: one file, WAL, busy timeout, safe for several OS
+//! processes on one machine.
+//!
+//! Invariants:
+//! - Times are integer milliseconds (UTC) from the process clock.
+//! - Every state change is a single conditional `UPDATE`; multi-statement
+//!   writes and guarded claims run in `BEGIN IMMEDIATE` transactions, so a
+//!   deferred reader never fails to upgrade and SQLite's write lock covers
+//!   a whole decision.
+//! - This process's writers queue on one async mutex before SQLite's lock.
+//! - Migrations run inside one `BEGIN IMMEDIATE` transaction, so processes
+//!   migrating one file at the same moment apply each version once; opening
+//!   retries a set-up that SQLite refused with an immediate `SQLITE_BUSY`.
+//!
+//! Modules by concern: `writes` (insert, claim, complete, retry, fail,
+//! release, progress), `admin` (inspect, cancel, retry failed, prune),
+//! `events`, `schedules`, `tx` (the primitives the shared policies run on:
+//! guarded claims, rescue, guard answers) and `rows` (column reads).
+
+mod admin;
+mod events;
+mod rows;
+mod schedules;
+mod tx;
+mod writes;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::SqlitePool;
+use tokio::sync::broadcast;
+
+use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
+use super::{
+    CancelParams, CancelledJob, ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob,
+    JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams, StoreError,
+    StoreEvent, TxConn,
+};
+use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
+use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
+use crate::schedule::ScheduleRecord;
+
+/// The busy timeout every connection waits for the write lock.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A SQLite-backed store.
+#[derive(Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+    events: broadcast::Sender<StoreEvent>,
+    /// Serializes this process's writers, so they queue here instead of in
+    /// SQLite's sleeping busy handler (which starves one writer under load).
+    /// Other processes still wait through the busy timeout.
+    write: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// Whether SQLite answered `SQLITE_BUSY` (any extended variant).
+fn is_busy(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => d
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .is_some_and(|c| c & 0xff == 5),
+        _ => false,
+    }
+}
+
+/// Opens the pool. Each connection switches the file to WAL: on a file not
+/// yet in WAL mode that reads the header, then upgrades to a write lock, and
+/// SQLite refuses a read-to-write upgrade at once (`SQLITE_BUSY`, no busy
+/// handler) while another process holds the write lock — as when hosts
+/// start together on a new file. Such a failure is retried every 10 ms for
+/// up to the busy timeout; once the file is in WAL mode the switch is a
+/// no-op.
+async fn connect_pool(opts: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
+    let deadline = tokio::time::Instant::now() + BUSY_TIMEOUT;
+    loop {
+        let res = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(opts.clone())
+            .await;
+        match res {
+            Err(e) if is_busy(&e) && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `path` — a file path or
+    /// a `sqlite://` URL. Does not migrate.
+    ///
+    /// # Errors
+    /// The file cannot be opened.
+    pub async fn open(path: &str) -> Result<Self, StoreError> {
+        let url = if path.starts_with("sqlite:") {
+            path.to_string()
+        } else {
+            format!("sqlite://{path}")
+        };
+        let opts = SqliteConnectOptions::from_str(&url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(BUSY_TIMEOUT)
+            .foreign_keys(false);
+        let pool = connect_pool(opts).await?;
+        Ok(Self {
+            pool,
+            events: broadcast::channel(1024).0,
+            write: Arc::new(tokio::sync::Mutex::new(())),
+        })
+    }
+
+    /// The connection pool (for transactional enqueue in the same database).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    fn notify(&self, ev: StoreEvent) {
+        let _ = self.events.send(ev);
+    }
+
+    /// Rescued jobs wake waiters (failed) or dispatchers (requeued).
+    fn notify_rescued(&self, jobs: &[Job]) {
+        for j in jobs {
+            if j.status == JobStatus::Failed {
+                self.notify(StoreEvent::Finished(j.id.clone()));
+            } else {
+                self.notify(StoreEvent::Inserted(j.job_type.clone()));
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl JobStore for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        // SQLite has no advisory lock and sqlx's migrator takes none, so two
+        // processes migrating a new file would both apply version 1 and one
+        // would fail on `_sqlx_migrations`. The whole run happens inside one
+        // `BEGIN IMMEDIATE` transaction instead (each migration becomes a
+        // savepoint): the write lock is held from before the applied list is
+        // read until the last migration commits, and a second process waits
+        // through the busy timeout, then finds everything applied.
+        let _w = self.write.lock().await;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::migrate!("../../migrations/sqlite")
+            .run_direct(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
+        Ok(Utc::now())
+    }
+
+    async fn add_many(&self, jobs: Vec<InsertJob>) -> Result<Vec<AddResult>, StoreError> {
+        writes::add_many(self, jobs).await
+    }
+
+    async fn add_in_tx(
+        &self,
+        conn: TxConn<'_>,
+        jobs: Vec<InsertJob>,
+    ) -> Result<Vec<AddResult>, StoreError> {
+        match conn {
+            TxConn::Sqlite(c) => writes::insert_all(c, &jobs).await,
+            #[allow(unreachable_patterns)]
+            _ => Err(StoreError::Unsupported(
+                "this queue uses SQLite; enqueue through a SQLite transaction on the same file"
+                    .into(),
+            )),
+        }
+    }
+
+    async fn claim_batch(&self, p: ClaimParams) -> Result<ClaimResult, StoreError> {
+        writes::claim_batch(self, p).await
+    }
+
+    async fn renew_leases(&self, p: RenewParams) -> Result<Vec<String>, StoreError> {
+        writes::renew_leases(self, p).await
+    }
+
+    async fn complete(&self, p: CompleteParams) -> Result<Vec<String>, StoreError> {
+        writes::complete(self, p).await
+    }
+
+    async fn retry(&self, p: RetryParams) -> Result<bool, StoreError> {
+        writes::retry(self, p).await
+    }
+
+    async fn fail(&self, p: FailParams) -> Result<bool, StoreError> {
+        writes::fail(self, p).await
+    }
+
+    async fn release(&self, p: ReleaseParams) -> Result<u64, StoreError> {
+        writes::release(self, p).await
+    }
+
+    async fn cancel(&self, p: CancelParams) -> Result<Vec<CancelledJob>, StoreError> {
+        admin::cancel(self, p).await
+    }
+
+    async fn rescue(&self, p: RescueParams) -> Result<Vec<Job>, StoreError> {
+        tx::rescue(self, p.limit).await
+    }
+
+    async fn still_owned(
+        &self,
+        worker_id: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>, StoreError> {
+        admin::still_owned(self, worker_id, ids).await
+    }
+
+    async fn set_progress(
+        &self,
+        worker_id: &str,
+        id: &str,
+        json: &str,
+    ) -> Result<bool, StoreError> {
+        writes::set_progress(self, worker_id, id, json).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
+        admin::get(self, id).await
+    }
+
+    async fn find(&self, f: &JobFilter) -> Result<Vec<Job>, StoreError> {
+        admin::find(self, f).await
+    }
+
+    async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
+        admin::count_by_status(self).await
+    }
+
+    async fn retry_failed(&self, f: &JobFilter) -> Result<u64, StoreError> {
+        admin::retry_failed(self, f).await
+    }
+
+    async fn prune(&self, p: PruneParams) -> Result<u64, StoreError> {
+        admin::prune(self, p).await
+    }
+
+    async fn record_handler_event(&self, e: HandlerEvent) -> Result<(), StoreError> {
+        events::record(self, e).await
+    }
+
+    async fn handler_events(&self, limit: u32) -> Result<Vec<HandlerEvent>, StoreError> {
+        events::recent(self, limit).await
+    }
+
+    async fn pool_status(&self, pools: &[PoolGuard]) -> Result<Vec<PoolStatus>, StoreError> {
+        tx::pool_status(self, pools).await
+    }
+
+    async fn reconcile_schedules(
+        &self,
+        params: ReconcileSchedules,
+    ) -> Result<ReconcileReport, StoreError> {
+        schedules::reconcile_schedules(self, params).await
+    }
+
+    async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError> {
+        schedules::list(self).await
+    }
+
+    async fn due_schedules(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRecord>, StoreError> {
+        schedules::due(self, now, limit).await
+    }
+
+    async fn fire_schedule(&self, params: FireSchedule) -> Result<Option<AddResult>, StoreError> {
+        schedules::fire(self, params).await
+    }
+
+    async fn blocked_by(
+        &self,
+        job: &Job,
+        guards: &ClaimGuards,
+    ) -> Result<Option<Blocker>, StoreError> {
+        tx::blocked_by(self, job, guards).await
+    }
+
+    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+        self.events.subscribe()
+    }
+}

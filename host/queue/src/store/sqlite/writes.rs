@@ -1,0 +1,300 @@
+//! Job writes on SQLite: insert, claim, renew, complete, retry, fail,
+//! release, progress.
+//!
+//! Invariant: every state change is a single conditional `UPDATE`, fenced
+//! on `status = running AND lease_owner = worker` after a claim. An
+//! unguarded claim is one `UPDATE … WHERE id IN (SELECT … LIMIT n)
+//! RETURNING`: SQLite takes the write lock before the statement reads, so
+//! candidates cannot be claimed twice. Writers of this process queue on the
+//! store's writer mutex.
+
+use chrono::Utc;
+use sqlx::SqliteConnection;
+
+use super::rows::{json_list, ms};
+use super::{tx, SqliteStore};
+use crate::job::{AddResult, JobStatus};
+use crate::store::sql::{jobs_from_rows, JOB_COLS, LIVE};
+use crate::store::{
+    ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams,
+    RetryParams, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR,
+};
+use crate::time;
+
+/// Inserts jobs on `conn` (the caller owns the transaction).
+pub(super) async fn insert_all(
+    conn: &mut SqliteConnection,
+    jobs: &[InsertJob],
+) -> Result<Vec<AddResult>, StoreError> {
+    let now = ms(Utc::now());
+    let insert = "INSERT INTO boxcar_jobs (id, job_type, payload, scope_type, scope_id, status, \
+         priority, run_at, attempts, max_attempts, dedupe_key, parent_id, schedule_id, expires_at, \
+         created_at, updated_at) \
+         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING";
+    let mut out = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        if let Some(p) = &j.parent_id {
+            let in_batch = jobs.iter().any(|o| &o.id == p);
+            if !in_batch {
+                let found = sqlx::query("SELECT 1 FROM boxcar_jobs WHERE id = ?")
+                    .bind(p)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+                if found.is_none() {
+                    return Err(StoreError::UnknownParent(p.clone()));
+                }
+            }
+        }
+        let run_at = time::after_ms(j.run_at.map_or(now, ms), j.delay);
+        let expires = j
+            .expires_at
+            .map(ms)
+            .or_else(|| j.ttl.map(|t| time::after_ms(now, t)));
+        let done = sqlx::query(insert)
+            .bind(&j.id)
+            .bind(&j.job_type)
+            .bind(&j.payload)
+            .bind(j.scope.as_ref().map(|s| s.scope_type.as_str()))
+            .bind(j.scope.as_ref().map(|s| s.scope_id.as_str()))
+            .bind(j.priority)
+            .bind(run_at)
+            .bind(i64::from(j.max_attempts))
+            .bind(&j.dedupe_key)
+            .bind(&j.parent_id)
+            .bind(&j.schedule_id)
+            .bind(expires)
+            .bind(now)
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
+        if done.rows_affected() == 1 {
+            out.push(AddResult {
+                id: j.id.clone(),
+                deduplicated: false,
+            });
+            continue;
+        }
+        let existing: Option<String> = sqlx::query_scalar(&format!(
+            "SELECT id FROM boxcar_jobs WHERE dedupe_key = ? AND {LIVE}"
+        ))
+        .bind(&j.dedupe_key)
+        .fetch_optional(&mut *conn)
+        .await?;
+        match existing {
+            Some(id) => out.push(AddResult {
+                id,
+                deduplicated: true,
+            }),
+            None => {
+                return Err(StoreError::Corrupt(format!(
+                    "insert of job `{}` conflicted but no live duplicate exists",
+                    j.id
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+pub(super) async fn add_many(
+    store: &SqliteStore,
+    jobs: Vec<InsertJob>,
+) -> Result<Vec<AddResult>, StoreError> {
+    let _w = store.write.lock().await;
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let out = insert_all(&mut tx, &jobs).await?;
+    tx.commit().await?;
+    let mut types: Vec<&str> = jobs.iter().map(|j| j.job_type.as_str()).collect();
+    types.sort_unstable();
+    types.dedup();
+    for t in types {
+        store.notify(StoreEvent::Inserted(t.to_string()));
+    }
+    Ok(out)
+}
+
+/// A claim: the single-statement fast path when the type has no guard,
+/// else the shared guard policy in a `BEGIN IMMEDIATE` transaction.
+pub(super) async fn claim_batch(
+    store: &SqliteStore,
+    p: ClaimParams,
+) -> Result<ClaimResult, StoreError> {
+    let _w = store.write.lock().await;
+    if !p.guards.is_empty() {
+        return tx::claim(store, &p).await;
+    }
+    let now = ms(Utc::now());
+    let sql = format!(
+        "UPDATE boxcar_jobs SET \
+           status = CASE WHEN expires_at <= ?1 THEN 'failed' ELSE 'running' END, \
+           last_error = CASE WHEN expires_at <= ?1 THEN ?2 ELSE last_error END, \
+           error_code = CASE WHEN expires_at <= ?1 THEN ?8 ELSE error_code END, \
+           finished_at = CASE WHEN expires_at <= ?1 THEN ?1 ELSE NULL END, \
+           lease_owner = CASE WHEN expires_at <= ?1 THEN NULL ELSE ?3 END, \
+           lease_expires_at = CASE WHEN expires_at <= ?1 THEN NULL ELSE ?4 END, \
+           started_at = CASE WHEN expires_at <= ?1 THEN started_at ELSE ?1 END, \
+           attempts = CASE WHEN expires_at <= ?1 THEN attempts ELSE attempts + 1 END, \
+           handler_version = CASE WHEN expires_at <= ?1 THEN handler_version ELSE ?5 END, \
+           updated_at = ?1 \
+         WHERE id IN (SELECT j.id FROM boxcar_jobs j \
+             WHERE j.status = 'pending' AND j.job_type = ?6 AND j.run_at <= ?1 \
+               AND NOT EXISTS (SELECT 1 FROM boxcar_jobs c WHERE c.parent_id = j.id AND c.{LIVE}) \
+             ORDER BY j.priority, j.run_at, j.id LIMIT ?7) \
+         RETURNING {cols}",
+        cols = *JOB_COLS
+    );
+    let rows = sqlx::query(&sql)
+        .bind(now)
+        .bind(EXPIRED_ERROR)
+        .bind(&p.worker_id)
+        .bind(time::after_ms(now, p.lease))
+        .bind(&p.handler_version)
+        .bind(&p.job_type)
+        .bind(i64::from(p.limit))
+        .bind(EXPIRED_CODE)
+        .fetch_all(&store.pool)
+        .await?;
+    let mut res = ClaimResult::default();
+    for job in jobs_from_rows(&rows)? {
+        if job.status == JobStatus::Failed {
+            store.notify(StoreEvent::Finished(job.id.clone()));
+            res.expired.push(job);
+        } else {
+            res.claimed.push(job);
+        }
+    }
+    res.claimed
+        .sort_by(|a, b| (a.priority, a.run_at, &a.id).cmp(&(b.priority, b.run_at, &b.id)));
+    Ok(res)
+}
+
+pub(super) async fn renew_leases(
+    store: &SqliteStore,
+    p: RenewParams,
+) -> Result<Vec<String>, StoreError> {
+    let _w = store.write.lock().await;
+    let now = ms(Utc::now());
+    Ok(sqlx::query_scalar(
+        "UPDATE boxcar_jobs SET lease_expires_at = ?1, updated_at = ?2 \
+         WHERE id IN (SELECT value FROM json_each(?3)) AND +status = 'running' \
+           AND lease_owner = ?4 AND +lease_expires_at > ?2 RETURNING id",
+    )
+    .bind(time::after_ms(now, p.lease))
+    .bind(now)
+    .bind(json_list(&p.ids))
+    .bind(&p.worker_id)
+    .fetch_all(&store.pool)
+    .await?)
+}
+
+pub(super) async fn complete(
+    store: &SqliteStore,
+    p: CompleteParams,
+) -> Result<Vec<String>, StoreError> {
+    let _w = store.write.lock().await;
+    let now = ms(Utc::now());
+    let batch = serde_json::Value::Array(
+        p.jobs
+            .iter()
+            .map(|c| serde_json::json!({ "id": c.id, "result": c.result }))
+            .collect(),
+    )
+    .to_string();
+    let done: Vec<String> = sqlx::query_scalar(
+        "UPDATE boxcar_jobs SET status = 'succeeded', result = c.result, finished_at = ?1, \
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1 \
+         FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.result') AS result \
+               FROM json_each(?2)) AS c \
+         WHERE boxcar_jobs.id = c.id AND +boxcar_jobs.status = 'running' AND boxcar_jobs.lease_owner = ?3 \
+         RETURNING boxcar_jobs.id",
+    )
+    .bind(now)
+    .bind(batch)
+    .bind(&p.worker_id)
+    .fetch_all(&store.pool)
+    .await?;
+    for id in &done {
+        store.notify(StoreEvent::Finished(id.clone()));
+    }
+    Ok(done)
+}
+
+pub(super) async fn retry(store: &SqliteStore, p: RetryParams) -> Result<bool, StoreError> {
+    let _w = store.write.lock().await;
+    let now = ms(Utc::now());
+    let r = sqlx::query(
+        "UPDATE boxcar_jobs SET status = 'pending', run_at = ?1, last_error = ?2, \
+           attempts = CASE WHEN ?3 THEN attempts ELSE MAX(attempts - 1, 0) END, \
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = ?4 \
+         WHERE id = ?5 AND status = 'running' AND lease_owner = ?6",
+    )
+    .bind(time::after_ms(now, p.delay))
+    .bind(&p.error)
+    .bind(p.consumes_attempt)
+    .bind(now)
+    .bind(&p.id)
+    .bind(&p.worker_id)
+    .execute(&store.pool)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}
+
+pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, StoreError> {
+    let _w = store.write.lock().await;
+    let now = ms(Utc::now());
+    let r = sqlx::query(
+        "UPDATE boxcar_jobs SET status = 'failed', last_error = ?1, finished_at = ?2, \
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2, \
+           error_code = ?5, error_details = ?6 \
+         WHERE id = ?3 AND status = 'running' AND lease_owner = ?4",
+    )
+    .bind(&p.error)
+    .bind(now)
+    .bind(&p.id)
+    .bind(&p.worker_id)
+    .bind(&p.code)
+    .bind(&p.details)
+    .execute(&store.pool)
+    .await?;
+    let ok = r.rows_affected() == 1;
+    if ok {
+        store.notify(StoreEvent::Finished(p.id));
+    }
+    Ok(ok)
+}
+
+pub(super) async fn release(store: &SqliteStore, p: ReleaseParams) -> Result<u64, StoreError> {
+    let _w = store.write.lock().await;
+    let now = ms(Utc::now());
+    let r = sqlx::query(
+        "UPDATE boxcar_jobs SET status = 'pending', run_at = ?1, attempts = MAX(attempts - 1, 0), \
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1 \
+         WHERE id IN (SELECT value FROM json_each(?2)) AND +status = 'running' AND lease_owner = ?3",
+    )
+    .bind(now)
+    .bind(json_list(&p.ids))
+    .bind(&p.worker_id)
+    .execute(&store.pool)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+pub(super) async fn set_progress(
+    store: &SqliteStore,
+    worker_id: &str,
+    id: &str,
+    json: &str,
+) -> Result<bool, StoreError> {
+    let _w = store.write.lock().await;
+    let r = sqlx::query(
+        "UPDATE boxcar_jobs SET progress = ?1, updated_at = ?2 \
+         WHERE id = ?3 AND status = 'running' AND lease_owner = ?4",
+    )
+    .bind(json)
+    .bind(ms(Utc::now()))
+    .bind(id)
+    .bind(worker_id)
+    .execute(&store.pool)
+    .await?;
+    Ok(r.rows_affected() == 1)
+}

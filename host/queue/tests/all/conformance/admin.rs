@@ -1,0 +1,285 @@
+//! Administration: retry of failed jobs and pruning, cancels (with
+//! children), flows, inspection and handler events.
+
+use boxcar_queue::store::{CancelParams, CancelTarget, CompleteParams, Completed, FailParams};
+use boxcar_queue::{EnqueueError, HandlerEventKind, JobFilter, JobStatus, QueueError, Scope};
+use chrono::Utc;
+
+use super::*;
+use crate::support::Fixture;
+
+async fn retry_failed_and_prune(fx: &Fixture) {
+    let q = fx.queue();
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(add(&q, job("t").max_attempts(1).scope(Scope::new("acct", "1"))).await);
+    }
+    let c = fx
+        .store
+        .claim_batch(claim("t", W1, 10, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(c.claimed.len(), 5);
+    for id in &ids {
+        fx.store
+            .fail(FailParams {
+                worker_id: W1.into(),
+                id: id.clone(),
+                error: "boom".into(),
+                code: None,
+                details: None,
+            })
+            .await
+            .unwrap();
+    }
+    let page = JobFilter {
+        limit: Some(2),
+        ..JobFilter::default()
+    };
+    assert_eq!(
+        q.retry_failed(&page).await.unwrap(),
+        2,
+        "paginated with a limit"
+    );
+    assert_eq!(
+        q.retry_failed(&JobFilter::default()).await.unwrap(),
+        3,
+        "all the rest without one"
+    );
+    for id in &ids {
+        let j = fx.store.get(id).await.unwrap().unwrap();
+        assert_eq!(
+            (j.status, j.attempts, j.last_error.clone()),
+            (JobStatus::Pending, 0, None)
+        );
+    }
+    let c = fx
+        .store
+        .claim_batch(claim("t", W1, 10, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let jobs: Vec<Completed> = c
+        .claimed
+        .iter()
+        .map(|j| Completed {
+            id: j.id.clone(),
+            result: None,
+        })
+        .collect();
+    fx.store
+        .complete(CompleteParams {
+            worker_id: W1.into(),
+            jobs,
+        })
+        .await
+        .unwrap();
+    let live = add(&q, job("t")).await;
+    let before = Utc::now() - chrono::Duration::seconds(60);
+    assert_eq!(
+        q.prune(before, &[]).await.unwrap(),
+        0,
+        "recent rows are kept"
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        q.prune(Utc::now(), &[JobStatus::Failed]).await.unwrap(),
+        0,
+        "only the named statuses"
+    );
+    assert_eq!(q.prune(Utc::now(), &[]).await.unwrap(), 5);
+    assert!(
+        fx.store.get(&live).await.unwrap().is_some(),
+        "live rows are never pruned"
+    );
+    assert_eq!(q.prune(Utc::now(), &[JobStatus::Pending]).await.unwrap(), 0);
+}
+
+async fn cancels(fx: &Fixture) {
+    let q = fx.queue();
+    let s = Scope::new("doc", "7");
+    let p1 = add(&q, job("t").scope(s.clone())).await;
+    let r1 = add(&q, job("r").scope(s.clone())).await;
+    fx.store
+        .claim_batch(claim("r", W1, 1, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(
+        q.cancel_pending_for_scope(s.clone(), "superseded")
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        fx.store.get(&p1).await.unwrap().unwrap().status,
+        JobStatus::Cancelled
+    );
+    assert_eq!(
+        fx.store.get(&r1).await.unwrap().unwrap().status,
+        JobStatus::Running,
+        "running left alone"
+    );
+    let c = fx
+        .store
+        .cancel(CancelParams {
+            target: CancelTarget::Scope {
+                scope: s.clone(),
+                include_running: true,
+            },
+            reason: "deleted".into(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(c.len(), 1);
+    assert!(c[0].was_running);
+    let j = fx.store.get(&r1).await.unwrap().unwrap();
+    assert_eq!(
+        (j.status, j.last_error.as_deref()),
+        (JobStatus::Cancelled, Some("deleted"))
+    );
+    let done = fx
+        .store
+        .complete(CompleteParams {
+            worker_id: W1.into(),
+            jobs: vec![Completed {
+                id: r1.clone(),
+                result: None,
+            }],
+        })
+        .await
+        .unwrap();
+    assert!(done.is_empty(), "no completion resurrects a cancelled job");
+    let k1 = add(&q, job("t").dedupe_key("k1")).await;
+    let k2 = add(&q, job("t").dedupe_key("k2")).await;
+    let n = q
+        .cancel_by_dedupe_keys("t", &["k1".into(), "zz".into()], "voice changed")
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    assert_eq!(
+        fx.store.get(&k1).await.unwrap().unwrap().status,
+        JobStatus::Cancelled
+    );
+    assert_eq!(
+        fx.store.get(&k2).await.unwrap().unwrap().status,
+        JobStatus::Pending
+    );
+    assert!(q.cancel(&k2, "by id").await.unwrap());
+    assert!(
+        !q.cancel(&k2, "again").await.unwrap(),
+        "terminal jobs stay terminal"
+    );
+}
+
+async fn flows(fx: &Fixture) {
+    let q = fx.queue();
+    let parent = q
+        .add_flow(job("parent"), vec![job("child"), job("child")])
+        .await
+        .unwrap();
+    let c = fx
+        .store
+        .claim_batch(claim("parent", W1, 1, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert!(c.claimed.is_empty(), "a parent waits for its children");
+    let kids = fx
+        .store
+        .claim_batch(claim("child", W1, 2, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(kids.claimed.len(), 2);
+    assert!(kids
+        .claimed
+        .iter()
+        .all(|k| k.parent_id.as_deref() == Some(parent.as_str())));
+    fx.store
+        .complete(CompleteParams {
+            worker_id: W1.into(),
+            jobs: vec![Completed {
+                id: kids.claimed[0].id.clone(),
+                result: Some("1".into()),
+            }],
+        })
+        .await
+        .unwrap();
+    fx.store
+        .fail(FailParams {
+            worker_id: W1.into(),
+            id: kids.claimed[1].id.clone(),
+            error: "no".into(),
+            code: None,
+            details: None,
+        })
+        .await
+        .unwrap();
+    let c = fx
+        .store
+        .claim_batch(claim("parent", W1, 1, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(c.claimed.len(), 1, "claimable once every child is terminal");
+    let p2 = q.add_flow(job("parent"), vec![job("child")]).await.unwrap();
+    q.cancel(&p2, "stop").await.unwrap();
+    let kids = q
+        .find(&JobFilter {
+            parent_id: Some(p2),
+            ..JobFilter::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        kids.iter().all(|k| k.status == JobStatus::Cancelled),
+        "cancelling a parent cancels its children"
+    );
+    let err = q.add(job("child").parent("nope")).await.unwrap_err();
+    assert!(
+        matches!(err, QueueError::Enqueue(EnqueueError::UnknownParent { .. })),
+        "{err}"
+    );
+}
+
+async fn inspection(fx: &Fixture) {
+    let q = fx.queue();
+    let s = Scope::new("a", "1");
+    add(&q, job("x").scope(s.clone())).await;
+    add(&q, job("y")).await;
+    add(&q, job("y")).await;
+    assert_eq!(q.find_for_scope(s).await.unwrap().len(), 1);
+    let f = JobFilter {
+        types: vec!["y".into()],
+        statuses: vec![JobStatus::Pending],
+        ..JobFilter::default()
+    };
+    assert_eq!(q.find(&f).await.unwrap().len(), 2);
+    let f = JobFilter {
+        limit: Some(1),
+        offset: Some(1),
+        ..JobFilter::default()
+    };
+    assert_eq!(q.find(&f).await.unwrap().len(), 1);
+    assert_eq!(q.count_by_status().await.unwrap().pending, 3);
+    q.record_handler_event(
+        HandlerEventKind::Deployed,
+        Some("x"),
+        Some("x.wasm"),
+        Some("abc"),
+        None,
+    )
+    .await
+    .unwrap();
+    q.record_handler_event(
+        HandlerEventKind::Rejected,
+        Some("x"),
+        Some("x.wasm"),
+        None,
+        Some("bad manifest"),
+    )
+    .await
+    .unwrap();
+    let ev = q.handler_events(10).await.unwrap();
+    assert_eq!(ev.len(), 2);
+    assert_eq!(ev[0].kind, HandlerEventKind::Rejected, "newest first");
+    assert_eq!(ev[0].reason.as_deref(), Some("bad manifest"));
+}
+
+backends!(retry_failed_and_prune, cancels, flows, inspection);

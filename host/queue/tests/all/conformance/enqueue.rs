@@ -1,0 +1,145 @@
+//! Enqueue: dedupe keys (one live job per key, across connections) and
+//! validation (every rule refused before anything is written).
+
+use boxcar_queue::store::{CompleteParams, Completed};
+use boxcar_queue::{EnqueueError, QueueError, Registry, Scope};
+use chrono::Utc;
+
+use super::*;
+use crate::support::Fixture;
+
+async fn dedupe(fx: &Fixture) {
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let store = fx.reopen().await;
+        tasks.push(tokio::spawn(async move {
+            let q = Queue::new(store, Default::default()).unwrap();
+            q.add(job("t").dedupe_key("same")).await.unwrap()
+        }));
+    }
+    let mut results = Vec::new();
+    for t in tasks {
+        results.push(t.await.unwrap());
+    }
+    let fresh: Vec<_> = results.iter().filter(|r| !r.deduplicated).collect();
+    assert_eq!(fresh.len(), 1, "exactly one add wins: {results:?}");
+    assert!(results.iter().all(|r| r.id == fresh[0].id));
+    let live = fx.store.count_by_status().await.unwrap();
+    assert_eq!(live.pending, 1);
+    let c = fx
+        .store
+        .claim_batch(claim("t", W1, 1, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let q = fx.queue();
+    assert!(
+        q.add(job("t").dedupe_key("same"))
+            .await
+            .unwrap()
+            .deduplicated,
+        "running jobs dedupe too"
+    );
+    let done = fx
+        .store
+        .complete(CompleteParams {
+            worker_id: W1.into(),
+            jobs: vec![Completed {
+                id: c.claimed[0].id.clone(),
+                result: Some("{\"ok\":true}".into()),
+            }],
+        })
+        .await
+        .unwrap();
+    assert_eq!(done.len(), 1);
+    let again = q.add(job("t").dedupe_key("same")).await.unwrap();
+    assert!(!again.deduplicated, "the key is free once the job finished");
+    assert_ne!(again.id, fresh[0].id);
+    let batch = q
+        .add_many(vec![job("t").dedupe_key("b"), job("t").dedupe_key("b")])
+        .await
+        .unwrap();
+    assert!(!batch[0].deduplicated && batch[1].deduplicated && batch[0].id == batch[1].id);
+}
+
+async fn validation(fx: &Fixture) {
+    let q = fx.queue();
+    let t = |e: QueueError| match e {
+        QueueError::Enqueue(e) => e,
+        other => panic!("expected a validation error, got {other}"),
+    };
+    let secret = "hunter2-secret";
+    type Check = fn(&EnqueueError) -> bool;
+    let cases: Vec<(NewJob, Check)> = vec![
+        (job(""), |e| matches!(e, EnqueueError::EmptyJobType)),
+        (job("t").dedupe_key(""), |e| {
+            matches!(e, EnqueueError::EmptyDedupeKey { .. })
+        }),
+        (job("t").scope(Scope::new("", "1")), |e| {
+            matches!(e, EnqueueError::EmptyScope { part: "type", .. })
+        }),
+        (job("t").scope(Scope::new("a", "")), |e| {
+            matches!(e, EnqueueError::EmptyScope { part: "id", .. })
+        }),
+        (job("t").max_attempts(0), |e| {
+            matches!(e, EnqueueError::InvalidMaxAttempts { .. })
+        }),
+        (
+            NewJob::from_text("t", format!("{{\"pw\": \"{secret}\"")),
+            |e| matches!(e, EnqueueError::PayloadNotJson { .. }),
+        ),
+        (NewJob::from_text("t", format!("[\"{secret}\"]")), |e| {
+            matches!(e, EnqueueError::PayloadNotObject { .. })
+        }),
+        (NewJob::from_text("t", "{\"n\": 1e999}"), |e| {
+            matches!(e, EnqueueError::PayloadNonFinite { .. })
+        }),
+        (
+            NewJob::from_text(
+                "t",
+                format!("{{\"a\":{}1{}}}", "[".repeat(100), "]".repeat(100)),
+            ),
+            |e| matches!(e, EnqueueError::PayloadTooDeep { .. }),
+        ),
+        (
+            NewJob::from_text(
+                "t",
+                format!("{{\"a\":\"{}\"}}", "x".repeat(1024 * 1024 + 1)),
+            ),
+            |e| matches!(e, EnqueueError::PayloadTooLarge { .. }),
+        ),
+        (job("t").run_at(chrono::DateTime::<Utc>::MIN_UTC), |e| {
+            matches!(
+                e,
+                EnqueueError::InvalidTime {
+                    field: "run_at",
+                    ..
+                }
+            )
+        }),
+        (job("t").delay(Duration::from_secs(u64::MAX)), |e| {
+            matches!(e, EnqueueError::InvalidTime { field: "delay", .. })
+        }),
+    ];
+    for (j, check) in cases {
+        let e = t(q.add(j).await.unwrap_err());
+        assert!(check(&e), "unexpected error {e:?}");
+        let msg = e.to_string();
+        assert!(!msg.contains(secret), "payload leaked into `{msg}`");
+        if !matches!(e, EnqueueError::EmptyJobType) {
+            assert!(msg.contains("`t`"), "error names the job type: {msg}");
+        }
+    }
+    let registry = Registry::new();
+    registry.declare_elsewhere(["known".to_string()]);
+    q.attach_registry(registry);
+    let e = t(q.add(job("unknown")).await.unwrap_err());
+    assert!(matches!(e, EnqueueError::UnknownJobType { .. }), "{e}");
+    q.add(job("known")).await.unwrap();
+    assert_eq!(
+        fx.store.count_by_status().await.unwrap().pending,
+        1,
+        "refused jobs write nothing"
+    );
+}
+
+backends!(dedupe, validation);

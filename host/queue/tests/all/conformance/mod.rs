@@ -1,0 +1,80 @@
+//! The store conformance suite: every check runs against every backend —
+//! memory, SQLite (a real file) and Postgres (its own schema) — as its own
+//! test, named `conformance::<group>::<check>::<backend>`, e.g.
+//! `conformance::guard::pools::sqlite`. So `cargo test -p boxcar-queue
+//! conformance::guard` runs the guard checks once per backend, and every
+//! failing case shows. Every store change must extend it.
+
+use std::time::Duration;
+
+use boxcar_queue::store::ClaimParams;
+use boxcar_queue::{ClaimGuards, NewJob, Queue};
+use serde_json::json;
+
+/// One `#[tokio::test]` per backend for each named check (an `async fn
+/// (&Fixture)` of the enclosing module): a module per check with the tests
+/// `memory`, `sqlite` and `postgres`, each on a fresh database.
+macro_rules! backends {
+    ($($check:ident),+ $(,)?) => {$(
+        mod $check {
+            backends!(@test $check, memory, Memory);
+            backends!(@test $check, sqlite, Sqlite);
+            backends!(@test $check, postgres, Postgres);
+        }
+    )+};
+    (@test $check:ident, $name:ident, $backend:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let backend = crate::support::Backend::$backend;
+            let Some(fx) = crate::support::Fixture::new(backend).await else {
+                return;
+            };
+            super::$check(&fx).await;
+            fx.finish().await;
+        }
+    };
+}
+
+mod admin;
+mod claim;
+mod enqueue;
+mod guard;
+mod lease;
+mod outcome;
+mod time;
+
+const W1: &str = "worker-1";
+const W2: &str = "worker-2";
+
+fn claim(job_type: &str, worker: &str, limit: u32, lease: Duration) -> ClaimParams {
+    ClaimParams {
+        worker_id: worker.into(),
+        job_type: job_type.into(),
+        limit,
+        lease,
+        handler_version: Some("v1".into()),
+        guards: ClaimGuards::default(),
+    }
+}
+
+fn guarded(job_type: &str, limit: u32, guards: ClaimGuards) -> ClaimParams {
+    ClaimParams {
+        guards,
+        ..claim(job_type, W1, limit, Duration::from_secs(60))
+    }
+}
+
+async fn add(q: &Queue, job: NewJob) -> String {
+    q.add(job).await.expect("add").id
+}
+
+fn job(t: &str) -> NewJob {
+    NewJob::new(t, &json!({"k": 1}))
+}
+
+fn live_scope_guard() -> ClaimGuards {
+    ClaimGuards {
+        serialize_by_scope: true,
+        ..ClaimGuards::default()
+    }
+}
