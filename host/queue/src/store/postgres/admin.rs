@@ -62,14 +62,10 @@ fn bind_filter<'q>(
 }
 
 pub(super) async fn get(store: &PostgresStore, id: &str) -> Result<Option<Job>, StoreError> {
-    let row = sqlx::query(&format!(
-        "SELECT {cols} FROM {} WHERE id = $1",
-        store.jobs,
-        cols = *JOB_COLS
-    ))
-    .bind(id)
-    .fetch_optional(&store.pool)
-    .await?;
+    let row = sqlx::query(&store.sql.job())
+        .bind(id)
+        .fetch_optional(&store.pool)
+        .await?;
     row.as_ref().map(job_from_row).transpose()
 }
 
@@ -78,7 +74,7 @@ pub(super) async fn find(store: &PostgresStore, f: &JobFilter) -> Result<Vec<Job
     let w = filter_sql(f, &mut n);
     let sql = format!(
         "SELECT {cols} FROM {} WHERE {w} ORDER BY created_at, id LIMIT ${} OFFSET ${}",
-        store.jobs,
+        store.sql.jobs,
         n + 1,
         n + 2,
         cols = *JOB_COLS
@@ -92,12 +88,9 @@ pub(super) async fn find(store: &PostgresStore, f: &JobFilter) -> Result<Vec<Job
 }
 
 pub(super) async fn count_by_status(store: &PostgresStore) -> Result<StatusCounts, StoreError> {
-    let rows = sqlx::query(&format!(
-        "SELECT status, COUNT(*) AS n FROM {} GROUP BY status",
-        store.jobs
-    ))
-    .fetch_all(&store.pool)
-    .await?;
+    let rows = sqlx::query(&store.sql.status_counts())
+        .fetch_all(&store.pool)
+        .await?;
     status_counts(&rows)
 }
 
@@ -106,21 +99,18 @@ pub(super) async fn still_owned(
     worker_id: &str,
     ids: &[String],
 ) -> Result<Vec<String>, StoreError> {
-    Ok(sqlx::query_scalar(&format!(
-        "SELECT id FROM {} WHERE id = ANY($1) AND status = 'running' AND lease_owner = $2",
-        store.jobs
-    ))
-    .bind(ids)
-    .bind(worker_id)
-    .fetch_all(&store.pool)
-    .await?)
+    Ok(sqlx::query_scalar(&store.sql.still_owned())
+        .bind(ids)
+        .bind(worker_id)
+        .fetch_all(&store.pool)
+        .await?)
 }
 
 pub(super) async fn cancel(
     store: &PostgresStore,
     p: CancelParams,
 ) -> Result<Vec<CancelledJob>, StoreError> {
-    let t = &store.jobs;
+    let t = &store.sql.jobs;
     let (cond, a, b): (String, Vec<String>, Option<String>) = match &p.target {
         CancelTarget::Ids(ids) => (format!("id = ANY($2) AND {LIVE}"), ids.clone(), None),
         CancelTarget::Scope {
@@ -179,7 +169,7 @@ pub(super) async fn retry_failed(store: &PostgresStore, f: &JobFilter) -> Result
            AND status = 'failed'",
         n + 1,
         n + 2,
-        t = store.jobs
+        t = store.sql.jobs
     );
     let r = bind_filter(sqlx::query(&sql), &f)
         .bind(f.limit.map(i64::from))
@@ -197,13 +187,10 @@ pub(super) async fn prune(store: &PostgresStore, p: PruneParams) -> Result<u64, 
         .filter(|s| s.is_terminal())
         .map(|s| s.as_str().to_string())
         .collect();
-    let r = sqlx::query(&format!(
-        "DELETE FROM {} WHERE status = ANY($1) AND finished_at < $2",
-        store.jobs
-    ))
-    .bind(&statuses)
-    .bind(p.older_than)
-    .execute(&store.pool)
-    .await?;
+    let r = sqlx::query(&store.sql.prune())
+        .bind(&statuses)
+        .bind(p.older_than)
+        .execute(&store.pool)
+        .await?;
     Ok(r.rows_affected())
 }

@@ -2,22 +2,18 @@
 
 use super::PostgresStore;
 use crate::job::HandlerEvent;
-use crate::store::sql::{event_from_row, EVENT_COLS};
+use crate::store::sql::event_from_row;
 use crate::store::StoreError;
 
 pub(super) async fn record(store: &PostgresStore, e: HandlerEvent) -> Result<(), StoreError> {
-    sqlx::query(&format!(
-        "INSERT INTO {}.handler_events (job_type, file, digest, kind, reason) \
-         VALUES ($1, $2, $3, $4, $5)",
-        store.schema
-    ))
-    .bind(&e.job_type)
-    .bind(&e.file)
-    .bind(&e.digest)
-    .bind(e.kind.as_str())
-    .bind(&e.reason)
-    .execute(&store.pool)
-    .await?;
+    sqlx::query(&store.sql.record_event())
+        .bind(&e.job_type)
+        .bind(&e.file)
+        .bind(&e.digest)
+        .bind(e.kind.as_str())
+        .bind(&e.reason)
+        .execute(&store.pool)
+        .await?;
     Ok(())
 }
 
@@ -25,12 +21,9 @@ pub(super) async fn recent(
     store: &PostgresStore,
     limit: u32,
 ) -> Result<Vec<HandlerEvent>, StoreError> {
-    let rows = sqlx::query(&format!(
-        "SELECT {EVENT_COLS} FROM {}.handler_events ORDER BY id DESC LIMIT $1",
-        store.schema
-    ))
-    .bind(i64::from(limit))
-    .fetch_all(&store.pool)
-    .await?;
+    let rows = sqlx::query(&store.sql.recent_events())
+        .bind(i64::from(limit))
+        .fetch_all(&store.pool)
+        .await?;
     rows.iter().map(event_from_row).collect()
 }

@@ -14,10 +14,9 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
-use super::rows::plus_ms;
 use super::{tx, PostgresStore};
 use crate::job::{AddResult, JobStatus};
-use crate::store::sql::{job_columns, jobs_from_rows, LIVE};
+use crate::store::sql::{job_columns, jobs_from_rows, Dialect, LIVE};
 use crate::store::{
     ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams,
     RetryParams, StoreError, EXPIRED_CODE, EXPIRED_ERROR,
@@ -72,9 +71,10 @@ impl Columns {
 /// Inserts jobs on `conn` (the caller owns the transaction).
 pub(super) async fn insert_all(
     conn: &mut PgConnection,
-    jobs_table: &str,
+    sql: &Dialect,
     jobs: &[InsertJob],
 ) -> Result<Vec<AddResult>, StoreError> {
+    let jobs_table = &sql.jobs;
     let parents: Vec<String> = jobs
         .iter()
         .filter_map(|j| j.parent_id.clone())
@@ -102,8 +102,8 @@ pub(super) async fn insert_all(
            AS t(id, job_type, payload, scope_type, scope_id, priority, run_at, delay_ms, \
                 max_attempts, dedupe_key, parent_id, schedule_id, expires_at, ttl_ms) \
          ON CONFLICT DO NOTHING RETURNING id",
-        run_at = plus_ms("COALESCE(run_at, now())", "delay_ms"),
-        ttl = plus_ms("now()", "ttl_ms"),
+        run_at = sql.plus_ms("COALESCE(run_at, now())", "delay_ms"),
+        ttl = sql.plus_ms("now()", "ttl_ms"),
     );
     let mut pending: Vec<&InsertJob> = jobs.iter().collect();
     let mut results: HashMap<String, AddResult> = HashMap::new();
@@ -190,7 +190,7 @@ pub(super) async fn claim_batch(
     if !p.guards.is_empty() {
         return tx::claim(store, &p).await;
     }
-    let t = &store.jobs;
+    let t = &store.sql.jobs;
     let exp = "j.expires_at <= now()";
     let sql = format!(
         "WITH cand AS (SELECT id FROM {t} j \
@@ -209,7 +209,7 @@ pub(super) async fn claim_batch(
            handler_version = CASE WHEN {exp} THEN j.handler_version ELSE $6 END, \
            updated_at = now() \
          FROM cand WHERE j.id = cand.id RETURNING {cols}",
-        lease = plus_ms("now()", "$5"),
+        lease = store.sql.plus_ms("now()", "$5"),
         cols = job_columns("j.")
     );
     let rows = sqlx::query(&sql)
@@ -239,18 +239,12 @@ pub(super) async fn renew_leases(
     store: &PostgresStore,
     p: RenewParams,
 ) -> Result<Vec<String>, StoreError> {
-    Ok(sqlx::query_scalar(&format!(
-        "UPDATE {} SET lease_expires_at = {lease}, updated_at = now() \
-         WHERE id = ANY($2) AND status = 'running' AND lease_owner = $3 AND lease_expires_at > now() \
-         RETURNING id",
-        store.jobs,
-        lease = plus_ms("now()", "$1")
-    ))
-    .bind(time::millis(p.lease))
-    .bind(&p.ids)
-    .bind(&p.worker_id)
-    .fetch_all(&store.fast)
-    .await?)
+    Ok(sqlx::query_scalar(&store.sql.renew())
+        .bind(time::millis(p.lease))
+        .bind(&p.ids)
+        .bind(&p.worker_id)
+        .fetch_all(&store.fast)
+        .await?)
 }
 
 pub(super) async fn complete(
@@ -264,7 +258,7 @@ pub(super) async fn complete(
            lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          FROM unnest($1::text[], $2::text[]) AS c(id, result) \
          WHERE j.id = c.id AND j.status = 'running' AND j.lease_owner = $3 RETURNING j.id",
-        store.jobs
+        store.sql.jobs
     ))
     .bind(&ids)
     .bind(&results)
@@ -274,53 +268,35 @@ pub(super) async fn complete(
 }
 
 pub(super) async fn retry(store: &PostgresStore, p: RetryParams) -> Result<bool, StoreError> {
-    let r = sqlx::query(&format!(
-        "UPDATE {} SET status = 'pending', run_at = {run_at}, last_error = $2, \
-           attempts = CASE WHEN $3 THEN attempts ELSE GREATEST(attempts - 1, 0) END, \
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
-         WHERE id = $4 AND status = 'running' AND lease_owner = $5",
-        store.jobs,
-        run_at = plus_ms("now()", "$1")
-    ))
-    .bind(time::millis(p.delay))
-    .bind(&p.error)
-    .bind(p.consumes_attempt)
-    .bind(&p.id)
-    .bind(&p.worker_id)
-    .execute(&store.fast)
-    .await?;
+    let r = sqlx::query(&store.sql.retry())
+        .bind(time::millis(p.delay))
+        .bind(&p.error)
+        .bind(p.consumes_attempt)
+        .bind(&p.id)
+        .bind(&p.worker_id)
+        .execute(&store.fast)
+        .await?;
     Ok(r.rows_affected() == 1)
 }
 
 pub(super) async fn fail(store: &PostgresStore, p: FailParams) -> Result<bool, StoreError> {
-    let r = sqlx::query(&format!(
-        "UPDATE {} SET status = 'failed', last_error = $1, finished_at = now(), \
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), \
-           error_code = $4, error_details = $5 \
-         WHERE id = $2 AND status = 'running' AND lease_owner = $3",
-        store.jobs
-    ))
-    .bind(&p.error)
-    .bind(&p.id)
-    .bind(&p.worker_id)
-    .bind(&p.code)
-    .bind(&p.details)
-    .execute(&store.fast)
-    .await?;
+    let r = sqlx::query(&store.sql.fail())
+        .bind(&p.error)
+        .bind(&p.id)
+        .bind(&p.worker_id)
+        .bind(&p.code)
+        .bind(&p.details)
+        .execute(&store.fast)
+        .await?;
     Ok(r.rows_affected() == 1)
 }
 
 pub(super) async fn release(store: &PostgresStore, p: ReleaseParams) -> Result<u64, StoreError> {
-    let r = sqlx::query(&format!(
-        "UPDATE {} SET status = 'pending', run_at = now(), attempts = GREATEST(attempts - 1, 0), \
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
-         WHERE id = ANY($1) AND status = 'running' AND lease_owner = $2",
-        store.jobs
-    ))
-    .bind(&p.ids)
-    .bind(&p.worker_id)
-    .execute(&store.fast)
-    .await?;
+    let r = sqlx::query(&store.sql.release())
+        .bind(&p.ids)
+        .bind(&p.worker_id)
+        .execute(&store.fast)
+        .await?;
     Ok(r.rows_affected())
 }
 
@@ -330,15 +306,11 @@ pub(super) async fn set_progress(
     id: &str,
     json: &str,
 ) -> Result<bool, StoreError> {
-    let r = sqlx::query(&format!(
-        "UPDATE {} SET progress = $1, updated_at = now() \
-         WHERE id = $2 AND status = 'running' AND lease_owner = $3",
-        store.jobs
-    ))
-    .bind(json)
-    .bind(id)
-    .bind(worker_id)
-    .execute(&store.fast)
-    .await?;
+    let r = sqlx::query(&store.sql.set_progress())
+        .bind(json)
+        .bind(id)
+        .bind(worker_id)
+        .execute(&store.fast)
+        .await?;
     Ok(r.rows_affected() == 1)
 }

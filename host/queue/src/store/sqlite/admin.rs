@@ -41,13 +41,10 @@ fn filter_sql(f: &JobFilter, binds: &mut Vec<String>) -> String {
 }
 
 pub(super) async fn get(store: &SqliteStore, id: &str) -> Result<Option<Job>, StoreError> {
-    let row = sqlx::query(&format!(
-        "SELECT {cols} FROM boxcar_jobs WHERE id = ?",
-        cols = *JOB_COLS
-    ))
-    .bind(id)
-    .fetch_optional(&store.pool)
-    .await?;
+    let row = sqlx::query(&store.sql.job())
+        .bind(id)
+        .fetch_optional(&store.pool)
+        .await?;
     row.as_ref().map(job_from_row).transpose()
 }
 
@@ -71,7 +68,7 @@ pub(super) async fn find(store: &SqliteStore, f: &JobFilter) -> Result<Vec<Job>,
 }
 
 pub(super) async fn count_by_status(store: &SqliteStore) -> Result<StatusCounts, StoreError> {
-    let rows = sqlx::query("SELECT status, COUNT(*) AS n FROM boxcar_jobs GROUP BY status")
+    let rows = sqlx::query(&store.sql.status_counts())
         .fetch_all(&store.pool)
         .await?;
     status_counts(&rows)
@@ -82,14 +79,11 @@ pub(super) async fn still_owned(
     worker_id: &str,
     ids: &[String],
 ) -> Result<Vec<String>, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT id FROM boxcar_jobs WHERE id IN (SELECT value FROM json_each(?1)) \
-           AND +status = 'running' AND lease_owner = ?2",
-    )
-    .bind(json_list(ids))
-    .bind(worker_id)
-    .fetch_all(&store.pool)
-    .await?)
+    Ok(sqlx::query_scalar(&store.sql.still_owned())
+        .bind(json_list(ids))
+        .bind(worker_id)
+        .fetch_all(&store.pool)
+        .await?)
 }
 
 pub(super) async fn cancel(
@@ -210,13 +204,10 @@ pub(super) async fn prune(store: &SqliteStore, p: PruneParams) -> Result<u64, St
         .filter(|s| s.is_terminal())
         .map(|s| s.as_str())
         .collect();
-    let r = sqlx::query(
-        "DELETE FROM boxcar_jobs WHERE status IN (SELECT value FROM json_each(?1)) \
-           AND finished_at < ?2",
-    )
-    .bind(json_list(&statuses))
-    .bind(ms(p.older_than))
-    .execute(&store.pool)
-    .await?;
+    let r = sqlx::query(&store.sql.prune())
+        .bind(json_list(&statuses))
+        .bind(ms(p.older_than))
+        .execute(&store.pool)
+        .await?;
     Ok(r.rows_affected())
 }

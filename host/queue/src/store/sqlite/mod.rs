@@ -35,6 +35,7 @@ use sqlx::SqlitePool;
 use tokio::sync::broadcast;
 
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
+use super::sql::{sql_job_store, Dialect};
 use super::{
     CancelParams, CancelledJob, ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob,
     JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams, StoreError,
@@ -56,6 +57,8 @@ pub struct SqliteStore {
     /// SQLite's sleeping busy handler (which starves one writer under load).
     /// Other processes still wait through the busy timeout.
     write: Arc<tokio::sync::Mutex<()>>,
+    /// The shared statements, spelled for SQLite.
+    sql: Arc<Dialect>,
 }
 
 /// Whether SQLite answered `SQLITE_BUSY` (any extended variant).
@@ -115,6 +118,7 @@ impl SqliteStore {
             pool,
             events: broadcast::channel(1024).0,
             write: Arc::new(tokio::sync::Mutex::new(())),
+            sql: Arc::new(Dialect::sqlite()),
         })
     }
 
@@ -139,8 +143,7 @@ impl SqliteStore {
     }
 }
 
-#[async_trait]
-impl JobStore for SqliteStore {
+sql_job_store!(SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
     }
@@ -184,120 +187,4 @@ impl JobStore for SqliteStore {
             )),
         }
     }
-
-    async fn claim_batch(&self, p: ClaimParams) -> Result<ClaimResult, StoreError> {
-        writes::claim_batch(self, p).await
-    }
-
-    async fn renew_leases(&self, p: RenewParams) -> Result<Vec<String>, StoreError> {
-        writes::renew_leases(self, p).await
-    }
-
-    async fn complete(&self, p: CompleteParams) -> Result<Vec<String>, StoreError> {
-        writes::complete(self, p).await
-    }
-
-    async fn retry(&self, p: RetryParams) -> Result<bool, StoreError> {
-        writes::retry(self, p).await
-    }
-
-    async fn fail(&self, p: FailParams) -> Result<bool, StoreError> {
-        writes::fail(self, p).await
-    }
-
-    async fn release(&self, p: ReleaseParams) -> Result<u64, StoreError> {
-        writes::release(self, p).await
-    }
-
-    async fn cancel(&self, p: CancelParams) -> Result<Vec<CancelledJob>, StoreError> {
-        admin::cancel(self, p).await
-    }
-
-    async fn rescue(&self, p: RescueParams) -> Result<Vec<Job>, StoreError> {
-        tx::rescue(self, p.limit).await
-    }
-
-    async fn still_owned(
-        &self,
-        worker_id: &str,
-        ids: &[String],
-    ) -> Result<Vec<String>, StoreError> {
-        admin::still_owned(self, worker_id, ids).await
-    }
-
-    async fn set_progress(
-        &self,
-        worker_id: &str,
-        id: &str,
-        json: &str,
-    ) -> Result<bool, StoreError> {
-        writes::set_progress(self, worker_id, id, json).await
-    }
-
-    async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
-        admin::get(self, id).await
-    }
-
-    async fn find(&self, f: &JobFilter) -> Result<Vec<Job>, StoreError> {
-        admin::find(self, f).await
-    }
-
-    async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
-        admin::count_by_status(self).await
-    }
-
-    async fn retry_failed(&self, f: &JobFilter) -> Result<u64, StoreError> {
-        admin::retry_failed(self, f).await
-    }
-
-    async fn prune(&self, p: PruneParams) -> Result<u64, StoreError> {
-        admin::prune(self, p).await
-    }
-
-    async fn record_handler_event(&self, e: HandlerEvent) -> Result<(), StoreError> {
-        events::record(self, e).await
-    }
-
-    async fn handler_events(&self, limit: u32) -> Result<Vec<HandlerEvent>, StoreError> {
-        events::recent(self, limit).await
-    }
-
-    async fn pool_status(&self, pools: &[PoolGuard]) -> Result<Vec<PoolStatus>, StoreError> {
-        tx::pool_status(self, pools).await
-    }
-
-    async fn reconcile_schedules(
-        &self,
-        params: ReconcileSchedules,
-    ) -> Result<ReconcileReport, StoreError> {
-        schedules::reconcile_schedules(self, params).await
-    }
-
-    async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError> {
-        schedules::list(self).await
-    }
-
-    async fn due_schedules(
-        &self,
-        now: DateTime<Utc>,
-        limit: u32,
-    ) -> Result<Vec<ScheduleRecord>, StoreError> {
-        schedules::due(self, now, limit).await
-    }
-
-    async fn fire_schedule(&self, params: FireSchedule) -> Result<Option<AddResult>, StoreError> {
-        schedules::fire(self, params).await
-    }
-
-    async fn blocked_by(
-        &self,
-        job: &Job,
-        guards: &ClaimGuards,
-    ) -> Result<Option<Blocker>, StoreError> {
-        tx::blocked_by(self, job, guards).await
-    }
-
-    fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
-        self.events.subscribe()
-    }
-}
+});

@@ -1,4 +1,5 @@
 //! Schedules on SQLite (see [`crate::store::schedules`] for the invariants).
+//! The statements are the shared ones (`store::sql::statements`).
 //!
 //! Reconcile (the shared diff of `store::policy::schedules`) and fire run
 //! in `BEGIN IMMEDIATE` transactions behind this process's writer mutex, so
@@ -17,27 +18,19 @@ use crate::store::policy::schedules::{reconcile, ScheduleTx};
 use crate::store::schedules::{
     DeclaredSchedule, FireSchedule, ReconcileReport, ReconcileSchedules,
 };
-use crate::store::sql::{schedule_from_row, SCHEDULE_COLS};
+use crate::store::sql::schedule_from_row;
 use crate::store::{StoreError, StoreEvent};
 
 impl SqliteTx<'_> {
+    /// Runs `statement` with `d`'s definition, owner and first tick.
     async fn write_def(
         &mut self,
+        statement: String,
         owner: &str,
         d: &DeclaredSchedule,
-        create: bool,
     ) -> Result<(), StoreError> {
-        let sql = if create {
-            "INSERT INTO boxcar_schedules (job_type, payload, every_ms, cron, tz, immediately, \
-             start_at, end_at, next_run_at, owner, updated_at, id, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-        } else {
-            "UPDATE boxcar_schedules SET job_type = ?, payload = ?, every_ms = ?, cron = ?, \
-             tz = ?, immediately = ?, start_at = ?, end_at = ?, next_run_at = ?, owner = ?, \
-             updated_at = ? WHERE id = ?"
-        };
         let def = &d.def;
-        let mut q = sqlx::query(sql)
+        sqlx::query(&statement)
             .bind(&def.job_type)
             .bind(&def.payload)
             .bind(def.every_ms)
@@ -48,40 +41,36 @@ impl SqliteTx<'_> {
             .bind(def.end_at.map(ms))
             .bind(d.first_run.map(ms))
             .bind(owner)
+            .bind(&def.id)
             .bind(self.now)
-            .bind(&def.id);
-        if create {
-            q = q.bind(self.now);
-        }
-        q.execute(&mut *self.conn).await?;
+            .execute(&mut *self.conn)
+            .await?;
         Ok(())
     }
 }
 
 impl ScheduleTx for SqliteTx<'_> {
     async fn stored(&mut self, ids: &[String]) -> Result<Vec<ScheduleRecord>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {SCHEDULE_COLS} FROM boxcar_schedules WHERE id IN (SELECT value FROM json_each(?))"
-        ))
-        .bind(json_list(ids))
-        .fetch_all(&mut *self.conn)
-        .await?;
+        let rows = sqlx::query(&self.sql.schedules_among())
+            .bind(json_list(ids))
+            .fetch_all(&mut *self.conn)
+            .await?;
         rows.iter().map(schedule_from_row).collect()
     }
 
     async fn create(&mut self, owner: &str, d: &DeclaredSchedule) -> Result<(), StoreError> {
-        self.write_def(owner, d, true).await
+        self.write_def(self.sql.schedule_create(), owner, d).await
     }
 
     async fn redefine(&mut self, owner: &str, d: &DeclaredSchedule) -> Result<(), StoreError> {
-        self.write_def(owner, d, false).await
+        self.write_def(self.sql.schedule_redefine(), owner, d).await
     }
 
     async fn adopt(&mut self, owner: &str, id: &str) -> Result<(), StoreError> {
-        sqlx::query("UPDATE boxcar_schedules SET owner = ?, updated_at = ? WHERE id = ?")
+        sqlx::query(&self.sql.schedule_adopt())
             .bind(owner)
-            .bind(self.now)
             .bind(id)
+            .bind(self.now)
             .execute(&mut *self.conn)
             .await?;
         Ok(())
@@ -92,14 +81,11 @@ impl ScheduleTx for SqliteTx<'_> {
         owner: &str,
         keep: &[String],
     ) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(
-            "DELETE FROM boxcar_schedules WHERE owner = ? \
-             AND id NOT IN (SELECT value FROM json_each(?)) RETURNING id",
-        )
-        .bind(owner)
-        .bind(json_list(keep))
-        .fetch_all(&mut *self.conn)
-        .await?)
+        Ok(sqlx::query_scalar(&self.sql.schedules_remove_undeclared())
+            .bind(owner)
+            .bind(json_list(keep))
+            .fetch_all(&mut *self.conn)
+            .await?)
     }
 }
 
@@ -109,17 +95,15 @@ pub(super) async fn reconcile_schedules(
 ) -> Result<ReconcileReport, StoreError> {
     let _w = store.write.lock().await;
     let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
-    let report = reconcile(&mut SqliteTx::new(&mut tx), &p).await?;
+    let report = reconcile(&mut SqliteTx::new(&mut tx, store), &p).await?;
     tx.commit().await?;
     Ok(report)
 }
 
 pub(super) async fn list(store: &SqliteStore) -> Result<Vec<ScheduleRecord>, StoreError> {
-    let rows = sqlx::query(&format!(
-        "SELECT {SCHEDULE_COLS} FROM boxcar_schedules ORDER BY id"
-    ))
-    .fetch_all(&store.pool)
-    .await?;
+    let rows = sqlx::query(&store.sql.schedules_all())
+        .fetch_all(&store.pool)
+        .await?;
     rows.iter().map(schedule_from_row).collect()
 }
 
@@ -128,15 +112,11 @@ pub(super) async fn due(
     now: DateTime<Utc>,
     limit: u32,
 ) -> Result<Vec<ScheduleRecord>, StoreError> {
-    let rows = sqlx::query(&format!(
-        "SELECT {SCHEDULE_COLS} FROM boxcar_schedules \
-         WHERE next_run_at IS NOT NULL AND next_run_at <= ? \
-         ORDER BY next_run_at, id LIMIT ?"
-    ))
-    .bind(ms(now))
-    .bind(i64::from(limit))
-    .fetch_all(&store.pool)
-    .await?;
+    let rows = sqlx::query(&store.sql.schedules_due())
+        .bind(ms(now))
+        .bind(i64::from(limit))
+        .fetch_all(&store.pool)
+        .await?;
     rows.iter().map(schedule_from_row).collect()
 }
 
@@ -146,17 +126,13 @@ pub(super) async fn fire(
 ) -> Result<Option<AddResult>, StoreError> {
     let _w = store.write.lock().await;
     let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
-    let moved = sqlx::query(
-        "UPDATE boxcar_schedules SET next_run_at = ?, last_run_at = ?, updated_at = ? \
-         WHERE id = ? AND next_run_at = ?",
-    )
-    .bind(p.next_run_at.map(ms))
-    .bind(ms(p.tick))
-    .bind(ms(Utc::now()))
-    .bind(&p.schedule_id)
-    .bind(ms(p.tick))
-    .execute(&mut *tx)
-    .await?;
+    let moved = sqlx::query(&store.sql.schedule_fire())
+        .bind(p.next_run_at.map(ms))
+        .bind(ms(p.tick))
+        .bind(&p.schedule_id)
+        .bind(ms(Utc::now()))
+        .execute(&mut *tx)
+        .await?;
     if moved.rows_affected() != 1 {
         tx.rollback().await?;
         return Ok(None);

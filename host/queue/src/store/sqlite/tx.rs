@@ -1,5 +1,7 @@
 //! The primitive queries the shared policies (`store::policy`) run on
-//! SQLite: guarded claims, the read-only guard answers, and rescues.
+//! SQLite: guarded claims, the read-only guard answers, and rescues. The
+//! statements are the shared ones (`store::sql::statements`); this module
+//! binds SQLite's values (times as milliseconds, lists as JSON, now last).
 //!
 //! Invariant: claims and rescues run inside one `BEGIN IMMEDIATE`
 //! transaction behind this process's writer mutex, so SQLite's write lock is
@@ -18,45 +20,42 @@ use crate::handler::Scope;
 use crate::job::Job;
 use crate::store::policy::guards::{self as guard_policy, ClaimTx, GuardReads};
 use crate::store::policy::rescue::{self as rescue_policy, Rescue, RescueTx};
-use crate::store::sql::{jobs_from_rows, type_counts, JOB_COLS, LIVE};
+use crate::store::sql::{jobs_from_rows, type_counts, Dialect};
 use crate::store::{ClaimParams, ClaimResult, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR};
 use crate::time;
 
-/// A connection (or open transaction) and the instant its decisions use.
+/// A connection (or open transaction), the store's dialect, and the instant
+/// its decisions use.
 pub(super) struct SqliteTx<'c> {
     pub(super) conn: &'c mut SqliteConnection,
+    pub(super) sql: &'c Dialect,
     /// Now, in stored milliseconds.
     pub(super) now: i64,
 }
 
 impl<'c> SqliteTx<'c> {
-    /// `conn` at the process clock's now.
-    pub(super) fn new(conn: &'c mut SqliteConnection) -> Self {
+    /// `conn` of `store` at the process clock's now.
+    pub(super) fn new(conn: &'c mut SqliteConnection, store: &'c SqliteStore) -> Self {
         Self {
             conn,
+            sql: &store.sql,
             now: ms(Utc::now()),
         }
     }
 
-    /// Those of `types` for which `exists` (binding `?1` = the type, `?2` =
-    /// now) finds a row.
-    async fn types_where(
+    /// Of `types`, those `statement` (`$1` the types, `$2` now) returns.
+    async fn types(
         &mut self,
+        statement: String,
         types: &[String],
-        exists: &str,
     ) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(&format!(
-            "SELECT t.value FROM json_each(?1) t WHERE EXISTS ({exists})"
-        ))
-        .bind(json_list(types))
-        .bind(self.now)
-        .fetch_all(&mut *self.conn)
-        .await?)
+        Ok(sqlx::query_scalar(&statement)
+            .bind(json_list(types))
+            .bind(self.now)
+            .fetch_all(&mut *self.conn)
+            .await?)
     }
 }
-
-const LIVE_OF_TYPE: &str = "SELECT 1 FROM boxcar_jobs \
-    WHERE job_type = t.value AND status = 'running' AND lease_expires_at > ?2";
 
 impl GuardReads for SqliteTx<'_> {
     fn now(&self) -> DateTime<Utc> {
@@ -64,44 +63,34 @@ impl GuardReads for SqliteTx<'_> {
     }
 
     async fn scope_busy(&mut self, scope: &Scope) -> Result<bool, StoreError> {
-        let row = sqlx::query(
-            "SELECT 1 FROM boxcar_jobs WHERE scope_type = ?1 AND scope_id = ?2 \
-               AND status = 'running' AND lease_expires_at > ?3 LIMIT 1",
-        )
-        .bind(&scope.scope_type)
-        .bind(&scope.scope_id)
-        .bind(self.now)
-        .fetch_optional(&mut *self.conn)
-        .await?;
+        let row = sqlx::query(&self.sql.scope_busy())
+            .bind(&scope.scope_type)
+            .bind(&scope.scope_id)
+            .bind(self.now)
+            .fetch_optional(&mut *self.conn)
+            .await?;
         Ok(row.is_some())
     }
 
     async fn live_types(&mut self, types: &[String]) -> Result<Vec<String>, StoreError> {
-        self.types_where(types, LIVE_OF_TYPE).await
+        self.types(self.sql.live_types(), types).await
     }
 
     async fn waiting_types(&mut self, types: &[String]) -> Result<Vec<String>, StoreError> {
-        let due = "SELECT 1 FROM boxcar_jobs \
-            WHERE job_type = t.value AND status = 'pending' AND run_at <= ?2";
-        self.types_where(types, &format!("{LIVE_OF_TYPE} UNION ALL {due}"))
-            .await
+        self.types(self.sql.waiting_types(), types).await
     }
 
     async fn live_counts(&mut self, types: &[String]) -> Result<Vec<(String, u64)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT job_type, COUNT(*) AS n FROM boxcar_jobs WHERE status = 'running' \
-               AND lease_expires_at > ?1 AND job_type IN (SELECT value FROM json_each(?2)) \
-             GROUP BY job_type",
-        )
-        .bind(self.now)
-        .bind(json_list(types))
-        .fetch_all(&mut *self.conn)
-        .await?;
+        let rows = sqlx::query(&self.sql.live_counts())
+            .bind(json_list(types))
+            .bind(self.now)
+            .fetch_all(&mut *self.conn)
+            .await?;
         type_counts(&rows)
     }
 
     async fn rate_window(&mut self, key: &str) -> Result<RateWindow, StoreError> {
-        let row = sqlx::query("SELECT window_start, spent FROM boxcar_job_guards WHERE key = ?")
+        let row = sqlx::query(&self.sql.rate_window())
             .bind(key)
             .fetch_optional(&mut *self.conn)
             .await?;
@@ -124,48 +113,35 @@ impl ClaimTx for SqliteTx<'_> {
         window: u32,
         guards: &ClaimGuards,
     ) -> Result<Vec<Job>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {cols} FROM boxcar_jobs j \
-             WHERE status = 'pending' AND job_type = ?1 AND run_at <= ?2 \
-               AND NOT EXISTS (SELECT 1 FROM boxcar_jobs c WHERE c.parent_id = j.id AND c.{LIVE}) \
-             ORDER BY priority, run_at, id LIMIT ?3",
-            cols = *JOB_COLS
-        ))
-        .bind(job_type)
-        .bind(self.now)
-        .bind(i64::from(window))
-        .fetch_all(&mut *self.conn)
-        .await?;
+        let rows = sqlx::query(&self.sql.candidates())
+            .bind(job_type)
+            .bind(i64::from(window))
+            .bind(self.now)
+            .fetch_all(&mut *self.conn)
+            .await?;
         let candidates = jobs_from_rows(&rows)?;
         let scope_types = candidates
             .iter()
             .filter_map(|c| c.scope.as_ref())
             .map(|s| s.scope_type.as_str());
+        let lock = self.sql.lock_guard();
         for key in guards.lock_keys(job_type, scope_types) {
-            sqlx::query(
-                "INSERT INTO boxcar_job_guards (key, seq) VALUES (?, 1) \
-                 ON CONFLICT (key) DO UPDATE SET seq = seq + 1",
-            )
-            .bind(key)
-            .execute(&mut *self.conn)
-            .await?;
+            sqlx::query(&lock)
+                .bind(key)
+                .execute(&mut *self.conn)
+                .await?;
         }
         Ok(candidates)
     }
 
     async fn expire(&mut self, id: &str) -> Result<Option<Job>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "UPDATE boxcar_jobs SET status = 'failed', last_error = ?1, error_code = ?4, \
-               finished_at = ?2, updated_at = ?2 \
-             WHERE id = ?3 AND status = 'pending' RETURNING {cols}",
-            cols = *JOB_COLS
-        ))
-        .bind(EXPIRED_ERROR)
-        .bind(self.now)
-        .bind(id)
-        .bind(EXPIRED_CODE)
-        .fetch_all(&mut *self.conn)
-        .await?;
+        let rows = sqlx::query(&self.sql.expire_one())
+            .bind(EXPIRED_ERROR)
+            .bind(EXPIRED_CODE)
+            .bind(id)
+            .bind(self.now)
+            .fetch_all(&mut *self.conn)
+            .await?;
         Ok(jobs_from_rows(&rows)?.pop())
     }
 
@@ -174,24 +150,19 @@ impl ClaimTx for SqliteTx<'_> {
         id: &str,
         claim: &ClaimParams,
     ) -> Result<Option<Job>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "UPDATE boxcar_jobs SET status = 'running', lease_owner = ?1, lease_expires_at = ?2, \
-               started_at = ?3, attempts = attempts + 1, handler_version = ?4, updated_at = ?3 \
-             WHERE id = ?5 AND status = 'pending' RETURNING {cols}",
-            cols = *JOB_COLS
-        ))
-        .bind(&claim.worker_id)
-        .bind(time::after_ms(self.now, claim.lease))
-        .bind(self.now)
-        .bind(&claim.handler_version)
-        .bind(id)
-        .fetch_all(&mut *self.conn)
-        .await?;
+        let rows = sqlx::query(&self.sql.claim_one())
+            .bind(&claim.worker_id)
+            .bind(time::millis(claim.lease))
+            .bind(&claim.handler_version)
+            .bind(id)
+            .bind(self.now)
+            .fetch_all(&mut *self.conn)
+            .await?;
         Ok(jobs_from_rows(&rows)?.pop())
     }
 
     async fn store_rate_window(&mut self, key: &str, window: RateWindow) -> Result<(), StoreError> {
-        sqlx::query("UPDATE boxcar_job_guards SET window_start = ?1, spent = ?2 WHERE key = ?3")
+        sqlx::query(&self.sql.store_rate_window())
             .bind(window.start.map(ms))
             .bind(i64::try_from(window.spent).unwrap_or(i64::MAX))
             .bind(key)
@@ -203,15 +174,11 @@ impl ClaimTx for SqliteTx<'_> {
 
 impl RescueTx for SqliteTx<'_> {
     async fn expired_leases(&mut self, limit: u32) -> Result<Vec<Job>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {cols} FROM boxcar_jobs WHERE status = 'running' AND lease_expires_at <= ?1 \
-             ORDER BY lease_expires_at LIMIT ?2",
-            cols = *JOB_COLS
-        ))
-        .bind(self.now)
-        .bind(i64::from(limit))
-        .fetch_all(&mut *self.conn)
-        .await?;
+        let rows = sqlx::query(&self.sql.expired_leases())
+            .bind(i64::from(limit))
+            .bind(self.now)
+            .fetch_all(&mut *self.conn)
+            .await?;
         jobs_from_rows(&rows)
     }
 
@@ -221,22 +188,12 @@ impl RescueTx for SqliteTx<'_> {
         outcome: Rescue,
         error: &str,
     ) -> Result<Vec<Job>, StoreError> {
-        let set = match outcome {
-            Rescue::Requeue => "status = 'pending', run_at = ?1, finished_at = NULL",
-            Rescue::Fail => "status = 'failed', finished_at = ?1",
-        };
-        let rows = sqlx::query(&format!(
-            "UPDATE boxcar_jobs SET {set}, last_error = ?2, lease_owner = NULL, \
-               lease_expires_at = NULL, updated_at = ?1 \
-             WHERE id IN (SELECT value FROM json_each(?3)) AND +status = 'running' \
-             RETURNING {cols}",
-            cols = *JOB_COLS
-        ))
-        .bind(self.now)
-        .bind(error)
-        .bind(json_list(ids))
-        .fetch_all(&mut *self.conn)
-        .await?;
+        let rows = sqlx::query(&self.sql.apply_rescue(outcome))
+            .bind(error)
+            .bind(json_list(ids))
+            .bind(self.now)
+            .fetch_all(&mut *self.conn)
+            .await?;
         jobs_from_rows(&rows)
     }
 }
@@ -245,7 +202,7 @@ impl RescueTx for SqliteTx<'_> {
 /// transaction. The caller holds the writer mutex.
 pub(super) async fn claim(store: &SqliteStore, p: &ClaimParams) -> Result<ClaimResult, StoreError> {
     let mut conn = store.pool.begin_with("BEGIN IMMEDIATE").await?;
-    let res = guard_policy::claim(&mut SqliteTx::new(&mut conn), p).await?;
+    let res = guard_policy::claim(&mut SqliteTx::new(&mut conn, store), p).await?;
     conn.commit().await?;
     for j in &res.expired {
         store.notify(StoreEvent::Finished(j.id.clone()));
@@ -258,7 +215,7 @@ pub(super) async fn claim(store: &SqliteStore, p: &ClaimParams) -> Result<ClaimR
 pub(super) async fn rescue(store: &SqliteStore, limit: u32) -> Result<Vec<Job>, StoreError> {
     let _w = store.write.lock().await;
     let mut conn = store.pool.begin_with("BEGIN IMMEDIATE").await?;
-    let jobs = rescue_policy::rescue(&mut SqliteTx::new(&mut conn), limit).await?;
+    let jobs = rescue_policy::rescue(&mut SqliteTx::new(&mut conn, store), limit).await?;
     conn.commit().await?;
     store.notify_rescued(&jobs);
     Ok(jobs)
@@ -270,7 +227,7 @@ pub(super) async fn pool_status(
     pools: &[PoolGuard],
 ) -> Result<Vec<PoolStatus>, StoreError> {
     let mut conn = store.pool.acquire().await?;
-    guard_policy::pool_status(&mut SqliteTx::new(&mut conn), pools).await
+    guard_policy::pool_status(&mut SqliteTx::new(&mut conn, store), pools).await
 }
 
 /// The claim predicate for one job, read-only (see `JobStore::blocked_by`).
@@ -280,5 +237,5 @@ pub(super) async fn blocked_by(
     guards: &ClaimGuards,
 ) -> Result<Option<Blocker>, StoreError> {
     let mut conn = store.pool.acquire().await?;
-    guard_policy::blocked_by(&mut SqliteTx::new(&mut conn), job, guards).await
+    guard_policy::blocked_by(&mut SqliteTx::new(&mut conn, store), job, guards).await
 }

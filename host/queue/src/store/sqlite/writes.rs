@@ -173,18 +173,13 @@ pub(super) async fn renew_leases(
     p: RenewParams,
 ) -> Result<Vec<String>, StoreError> {
     let _w = store.write.lock().await;
-    let now = ms(Utc::now());
-    Ok(sqlx::query_scalar(
-        "UPDATE boxcar_jobs SET lease_expires_at = ?1, updated_at = ?2 \
-         WHERE id IN (SELECT value FROM json_each(?3)) AND +status = 'running' \
-           AND lease_owner = ?4 AND +lease_expires_at > ?2 RETURNING id",
-    )
-    .bind(time::after_ms(now, p.lease))
-    .bind(now)
-    .bind(json_list(&p.ids))
-    .bind(&p.worker_id)
-    .fetch_all(&store.pool)
-    .await?)
+    Ok(sqlx::query_scalar(&store.sql.renew())
+        .bind(time::millis(p.lease))
+        .bind(json_list(&p.ids))
+        .bind(&p.worker_id)
+        .bind(ms(Utc::now()))
+        .fetch_all(&store.pool)
+        .await?)
 }
 
 pub(super) async fn complete(
@@ -221,41 +216,29 @@ pub(super) async fn complete(
 
 pub(super) async fn retry(store: &SqliteStore, p: RetryParams) -> Result<bool, StoreError> {
     let _w = store.write.lock().await;
-    let now = ms(Utc::now());
-    let r = sqlx::query(
-        "UPDATE boxcar_jobs SET status = 'pending', run_at = ?1, last_error = ?2, \
-           attempts = CASE WHEN ?3 THEN attempts ELSE MAX(attempts - 1, 0) END, \
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = ?4 \
-         WHERE id = ?5 AND status = 'running' AND lease_owner = ?6",
-    )
-    .bind(time::after_ms(now, p.delay))
-    .bind(&p.error)
-    .bind(p.consumes_attempt)
-    .bind(now)
-    .bind(&p.id)
-    .bind(&p.worker_id)
-    .execute(&store.pool)
-    .await?;
+    let r = sqlx::query(&store.sql.retry())
+        .bind(time::millis(p.delay))
+        .bind(&p.error)
+        .bind(p.consumes_attempt)
+        .bind(&p.id)
+        .bind(&p.worker_id)
+        .bind(ms(Utc::now()))
+        .execute(&store.pool)
+        .await?;
     Ok(r.rows_affected() == 1)
 }
 
 pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, StoreError> {
     let _w = store.write.lock().await;
-    let now = ms(Utc::now());
-    let r = sqlx::query(
-        "UPDATE boxcar_jobs SET status = 'failed', last_error = ?1, finished_at = ?2, \
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2, \
-           error_code = ?5, error_details = ?6 \
-         WHERE id = ?3 AND status = 'running' AND lease_owner = ?4",
-    )
-    .bind(&p.error)
-    .bind(now)
-    .bind(&p.id)
-    .bind(&p.worker_id)
-    .bind(&p.code)
-    .bind(&p.details)
-    .execute(&store.pool)
-    .await?;
+    let r = sqlx::query(&store.sql.fail())
+        .bind(&p.error)
+        .bind(&p.id)
+        .bind(&p.worker_id)
+        .bind(&p.code)
+        .bind(&p.details)
+        .bind(ms(Utc::now()))
+        .execute(&store.pool)
+        .await?;
     let ok = r.rows_affected() == 1;
     if ok {
         store.notify(StoreEvent::Finished(p.id));
@@ -265,17 +248,12 @@ pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, Sto
 
 pub(super) async fn release(store: &SqliteStore, p: ReleaseParams) -> Result<u64, StoreError> {
     let _w = store.write.lock().await;
-    let now = ms(Utc::now());
-    let r = sqlx::query(
-        "UPDATE boxcar_jobs SET status = 'pending', run_at = ?1, attempts = MAX(attempts - 1, 0), \
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1 \
-         WHERE id IN (SELECT value FROM json_each(?2)) AND +status = 'running' AND lease_owner = ?3",
-    )
-    .bind(now)
-    .bind(json_list(&p.ids))
-    .bind(&p.worker_id)
-    .execute(&store.pool)
-    .await?;
+    let r = sqlx::query(&store.sql.release())
+        .bind(json_list(&p.ids))
+        .bind(&p.worker_id)
+        .bind(ms(Utc::now()))
+        .execute(&store.pool)
+        .await?;
     Ok(r.rows_affected())
 }
 
@@ -286,15 +264,12 @@ pub(super) async fn set_progress(
     json: &str,
 ) -> Result<bool, StoreError> {
     let _w = store.write.lock().await;
-    let r = sqlx::query(
-        "UPDATE boxcar_jobs SET progress = ?1, updated_at = ?2 \
-         WHERE id = ?3 AND status = 'running' AND lease_owner = ?4",
-    )
-    .bind(json)
-    .bind(ms(Utc::now()))
-    .bind(id)
-    .bind(worker_id)
-    .execute(&store.pool)
-    .await?;
+    let r = sqlx::query(&store.sql.set_progress())
+        .bind(json)
+        .bind(id)
+        .bind(worker_id)
+        .bind(ms(Utc::now()))
+        .execute(&store.pool)
+        .await?;
     Ok(r.rows_affected() == 1)
 }

@@ -1,8 +1,26 @@
-//! What the SQL stores share: the jobs and schedules column lists, the
-//! live-status predicate, and the mapping from a result row to a [`Job`] or
-//! [`ScheduleRecord`] — written once over [`SqlRow`], a five-method adapter
-//! each backend implements for its row type (SQLite keeps times as integer
-//! milliseconds, Postgres as `timestamptz`).
+//! What the SQL stores share, written once:
+//! - the statements of the policy primitives and schedules (`statements`)
+//!   and of the engine's fenced transitions, inspection and handler events
+//!   (`transitions`), over a [`Dialect`] that spells what differs (table
+//!   names, now, bound lists, row locks, saturating time sums);
+//! - the jobs, schedules and events column lists and the live-status
+//!   predicate;
+//! - the mapping from a result row to a [`Job`], [`ScheduleRecord`],
+//!   [`HandlerEvent`] or counts, over [`SqlRow`], a small adapter each
+//!   backend implements for its row type (SQLite keeps times as integer
+//!   milliseconds, Postgres as `timestamptz`);
+//! - the `JobStore` impl's delegation to each backend's concern modules
+//!   ([`sql_job_store!`]).
+//!
+//! What stays per backend: binding values (times, lists, booleans are
+//! encoded differently), inserts, the unguarded claim, batched
+//! completions, cancels and filtered queries, whose SQL is what differs.
+
+mod dialect;
+mod statements;
+mod transitions;
+
+pub(super) use dialect::Dialect;
 
 use std::str::FromStr;
 use std::sync::LazyLock;
@@ -210,3 +228,142 @@ pub(super) fn event_from_row(r: &impl SqlRow) -> Result<HandlerEvent, StoreError
         reason: r.opt_text("reason")?,
     })
 }
+
+/// Implements `JobStore` for a SQL store whose concern modules (`writes`,
+/// `admin`, `events`, `schedules`, `tx`) provide a function per port
+/// method, named after it and taking the store first — the layout both SQL
+/// backends share. The methods that differ (`backend`, `migrate`, `now`,
+/// `add_many`, `add_in_tx`) are passed in as the macro's body. The call
+/// site imports the port's types.
+macro_rules! sql_job_store {
+    ($store:ty { $($own:tt)* }) => {
+        #[async_trait]
+        impl JobStore for $store {
+            $($own)*
+
+            async fn claim_batch(&self, p: ClaimParams) -> Result<ClaimResult, StoreError> {
+                writes::claim_batch(self, p).await
+            }
+
+            async fn renew_leases(&self, p: RenewParams) -> Result<Vec<String>, StoreError> {
+                writes::renew_leases(self, p).await
+            }
+
+            async fn complete(&self, p: CompleteParams) -> Result<Vec<String>, StoreError> {
+                writes::complete(self, p).await
+            }
+
+            async fn retry(&self, p: RetryParams) -> Result<bool, StoreError> {
+                writes::retry(self, p).await
+            }
+
+            async fn fail(&self, p: FailParams) -> Result<bool, StoreError> {
+                writes::fail(self, p).await
+            }
+
+            async fn release(&self, p: ReleaseParams) -> Result<u64, StoreError> {
+                writes::release(self, p).await
+            }
+
+            async fn cancel(&self, p: CancelParams) -> Result<Vec<CancelledJob>, StoreError> {
+                admin::cancel(self, p).await
+            }
+
+            async fn rescue(&self, p: RescueParams) -> Result<Vec<Job>, StoreError> {
+                tx::rescue(self, p.limit).await
+            }
+
+            async fn still_owned(
+                &self,
+                worker_id: &str,
+                ids: &[String],
+            ) -> Result<Vec<String>, StoreError> {
+                admin::still_owned(self, worker_id, ids).await
+            }
+
+            async fn set_progress(
+                &self,
+                worker_id: &str,
+                id: &str,
+                json: &str,
+            ) -> Result<bool, StoreError> {
+                writes::set_progress(self, worker_id, id, json).await
+            }
+
+            async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
+                admin::get(self, id).await
+            }
+
+            async fn find(&self, f: &JobFilter) -> Result<Vec<Job>, StoreError> {
+                admin::find(self, f).await
+            }
+
+            async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
+                admin::count_by_status(self).await
+            }
+
+            async fn retry_failed(&self, f: &JobFilter) -> Result<u64, StoreError> {
+                admin::retry_failed(self, f).await
+            }
+
+            async fn prune(&self, p: PruneParams) -> Result<u64, StoreError> {
+                admin::prune(self, p).await
+            }
+
+            async fn record_handler_event(&self, e: HandlerEvent) -> Result<(), StoreError> {
+                events::record(self, e).await
+            }
+
+            async fn handler_events(&self, limit: u32) -> Result<Vec<HandlerEvent>, StoreError> {
+                events::recent(self, limit).await
+            }
+
+            async fn pool_status(
+                &self,
+                pools: &[PoolGuard],
+            ) -> Result<Vec<PoolStatus>, StoreError> {
+                tx::pool_status(self, pools).await
+            }
+
+            async fn reconcile_schedules(
+                &self,
+                params: ReconcileSchedules,
+            ) -> Result<ReconcileReport, StoreError> {
+                schedules::reconcile_schedules(self, params).await
+            }
+
+            async fn list_schedules(&self) -> Result<Vec<ScheduleRecord>, StoreError> {
+                schedules::list(self).await
+            }
+
+            async fn due_schedules(
+                &self,
+                now: DateTime<Utc>,
+                limit: u32,
+            ) -> Result<Vec<ScheduleRecord>, StoreError> {
+                schedules::due(self, now, limit).await
+            }
+
+            async fn fire_schedule(
+                &self,
+                params: FireSchedule,
+            ) -> Result<Option<AddResult>, StoreError> {
+                schedules::fire(self, params).await
+            }
+
+            async fn blocked_by(
+                &self,
+                job: &Job,
+                guards: &ClaimGuards,
+            ) -> Result<Option<Blocker>, StoreError> {
+                tx::blocked_by(self, job, guards).await
+            }
+
+            fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
+                self.events.subscribe()
+            }
+        }
+    };
+}
+
+pub(super) use sql_job_store;

@@ -1,0 +1,140 @@
+//! How each SQL backend spells what the shared statements
+//! ([`statements`](super::statements)) leave open: table names, the
+//! current instant, a bound list of ids or types, row locks, and saturating
+//! time sums.
+//!
+//! Invariant: on SQLite the statement's "now" is a parameter the caller
+//! binds *last* (integer milliseconds from the process clock, so SQLite
+//! never reads a clock of its own); on Postgres it is `now()`, the
+//! transaction's start on the database clock, and is not bound.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Backend {
+    #[cfg(feature = "sqlite")]
+    Sqlite,
+    #[cfg(feature = "postgres")]
+    Postgres,
+}
+
+/// One SQL backend's table names and spelling.
+#[derive(Clone, Debug)]
+pub(in crate::store) struct Dialect {
+    /// The jobs table.
+    pub jobs: String,
+    /// The guard rows (locks, rate windows).
+    pub guards: String,
+    /// The schedules table.
+    pub schedules: String,
+    /// The handler events table.
+    pub events: String,
+    backend: Backend,
+}
+
+impl Dialect {
+    /// SQLite: tables prefixed `boxcar_` in the one database file.
+    #[cfg(feature = "sqlite")]
+    pub(in crate::store) fn sqlite() -> Self {
+        Self {
+            jobs: "boxcar_jobs".into(),
+            guards: "boxcar_job_guards".into(),
+            schedules: "boxcar_schedules".into(),
+            events: "boxcar_handler_events".into(),
+            backend: Backend::Sqlite,
+        }
+    }
+
+    /// Postgres: every table named in `schema`.
+    #[cfg(feature = "postgres")]
+    pub(in crate::store) fn postgres(schema: &str) -> Self {
+        Self {
+            jobs: format!("{schema}.jobs"),
+            guards: format!("{schema}.job_guards"),
+            schedules: format!("{schema}.schedules"),
+            events: format!("{schema}.handler_events"),
+            backend: Backend::Postgres,
+        }
+    }
+
+    /// The current instant in a statement whose other parameters are
+    /// `$1..$(n-1)`: `$n` on SQLite, `now()` on Postgres.
+    pub(super) fn now(&self, n: usize) -> String {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => format!("${n}"),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => {
+                let _ = n;
+                "now()".into()
+            }
+        }
+    }
+
+    /// `col` is one of the list bound at `$n` (a JSON array of strings on
+    /// SQLite, a `text[]` on Postgres).
+    pub(super) fn in_list(&self, col: &str, n: usize) -> String {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => format!("{col} IN (SELECT value FROM json_each(${n}))"),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => format!("{col} = ANY(${n})"),
+        }
+    }
+
+    /// The list bound at `$n` as rows `u(value)`.
+    pub(super) fn list_rows(&self, n: usize) -> String {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => format!("json_each(${n}) AS u"),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => format!("unnest(${n}::text[]) AS u(value)"),
+        }
+    }
+
+    /// What a read appends to keep its rows locked until the transaction
+    /// ends and skip rows another transaction holds: `FOR UPDATE SKIP
+    /// LOCKED` on Postgres; nothing on SQLite, whose write lock already
+    /// covers the whole database.
+    pub(super) fn lock_rows(&self) -> &'static str {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => "",
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => " FOR UPDATE SKIP LOCKED",
+        }
+    }
+
+    /// `col` where the planner must not pick an index for it (SQLite: `+col`,
+    /// so a lookup by id keeps to the primary key).
+    pub(super) fn unindexed(&self, col: &str) -> String {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => format!("+{col}"),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => col.to_string(),
+        }
+    }
+
+    /// The larger of `a` and `b`.
+    pub(super) fn greatest(&self, a: &str, b: &str) -> String {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => format!("MAX({a}, {b})"),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => format!("GREATEST({a}, {b})"),
+        }
+    }
+
+    /// The instant `base` plus `ms` milliseconds (bind them with
+    /// `crate::time::millis`), saturating at the far future.
+    pub(in crate::store) fn plus_ms(&self, base: &str, ms: &str) -> String {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => format!("MIN({base} + {ms}, {})", crate::time::FAR_FUTURE_MS),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => format!(
+                "LEAST({base} + {ms} * interval '1 millisecond', {})",
+                crate::time::FAR_FUTURE_SQL
+            ),
+        }
+    }
+}
