@@ -432,16 +432,12 @@ fn resolve_pool(name: String, raw: RawPool) -> Result<PoolConfig, String> {
             positive_u32(&key("rate_costs"), Some(cost)).map(|c| (job_type, c.unwrap_or(1)))
         })
         .collect::<Result<BTreeMap<_, _>, _>>()?;
-    Ok({
-        let mut pool = PoolConfig::default();
-        pool.name = name;
-        pool.concurrency = concurrency;
-        pool.rate_per_minute = rate_per_minute;
-        pool.types = raw.types;
-        pool.costs = costs;
-        pool.rate_costs = rate_costs;
-        pool
-    })
+    let mut pool = PoolConfig::new(name, raw.types);
+    pool.concurrency = concurrency;
+    pool.rate_per_minute = rate_per_minute;
+    pool.costs = costs;
+    pool.rate_costs = rate_costs;
+    Ok(pool)
 }
 
 #[cfg(test)]

@@ -372,20 +372,17 @@ impl Deployer {
         };
         let handler: Arc<dyn boxcar_queue::Handler> = prepared.handler.clone();
         for job_type in &manifest.job_types {
-            let settings = {
-                let mut settings = HandlerSettings::default();
-                settings.concurrency = u32::try_from(manifest.concurrency).unwrap_or(u32::MAX);
-                settings.timeout = manifest.timeout;
-                settings.lease_duration = manifest.lease_duration;
-                settings.lease_renew_interval = None;
-                settings.max_attempts = manifest.max_attempts;
-                settings.may_enqueue = manifest.capabilities.may_enqueue.clone();
-                settings.serialize_by_scope = manifest.serialize_by_scope;
-                settings.not_while_running = manifest.not_while_running.clone();
-                settings.waits_for = manifest.waits_for.clone();
-                settings.payload_validator = validator.clone();
-                settings
-            };
+            let mut settings = HandlerSettings::default();
+            settings.concurrency = u32::try_from(manifest.concurrency).unwrap_or(u32::MAX);
+            settings.timeout = manifest.timeout;
+            settings.lease_duration = manifest.lease_duration;
+            settings.lease_renew_interval = None;
+            settings.max_attempts = manifest.max_attempts;
+            settings.may_enqueue = manifest.capabilities.may_enqueue.clone();
+            settings.serialize_by_scope = manifest.serialize_by_scope;
+            settings.not_while_running = manifest.not_while_running.clone();
+            settings.waits_for = manifest.waits_for.clone();
+            settings.payload_validator = validator.clone();
             self.registry
                 .register(job_type.clone(), handler.clone(), settings)
                 .map_err(|error| DeployError::Registry {

@@ -309,16 +309,10 @@ async fn counts_show_each_pools_occupancy_and_a_blocked_job_says_why() {
     let queue = Queue::new(store.clone(), QueueOptions::default()).expect("queue");
     let registry = Registry::new();
     registry.declare_elsewhere(["mail".to_string()]);
-    registry
-        .set_pools(vec![{
-            let mut pool = boxcar_queue::PoolConfig::default();
-            pool.name = "smtp".into();
-            pool.concurrency = Some(1);
-            pool.rate_per_minute = Some(10);
-            pool.types = vec!["mail".into()];
-            pool
-        }])
-        .expect("pools");
+    let mut smtp = boxcar_queue::PoolConfig::new("smtp", ["mail"]);
+    smtp.concurrency = Some(1);
+    smtp.rate_per_minute = Some(10);
+    registry.set_pools(vec![smtp]).expect("pools");
     queue.attach_registry(registry.clone());
     let state = AppState {
         queue: queue.clone(),
