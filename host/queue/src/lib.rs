@@ -10,6 +10,7 @@
 //! keys prevent duplicate *enqueues*, not duplicate execution — write
 //! handlers to be idempotent.
 pub mod bench;
+pub mod bounds;
 pub mod clock;
 pub mod engine;
 pub mod guards;
@@ -24,6 +25,7 @@ pub mod schedule;
 pub mod store;
 pub mod validate;
 
+pub use bounds::EnqueueBounds;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{FiredTick, Maintenance, Scheduler, SchedulerHandle, Worker, WorkerHandle};
 pub use guards::{ClaimGuards, PoolGuard, PoolStatus};

@@ -99,7 +99,10 @@ impl Maintenance {
         let Some(r) = &e.opts.retention else {
             return Ok(0);
         };
-        let older_than = Utc::now() - chrono_dur(r.older_than);
+        // `older_than` is at most a century (validated); saturate regardless.
+        let older_than = Utc::now()
+            .checked_sub_signed(chrono_dur(r.older_than))
+            .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
         e.store
             .prune(PruneParams {
                 older_than,

@@ -15,10 +15,14 @@
 mod backoff;
 mod completer;
 mod dispatch;
+mod handler_output;
 mod maintenance;
 mod run;
 mod scheduler;
 mod services;
+mod unstorable;
+#[cfg(test)]
+mod unstorable_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -30,8 +34,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use backoff::retry_delay;
+pub use handler_output::{INVALID_OUTPUT, MAX_CODE_BYTES, MAX_JSON_BYTES, MAX_MESSAGE_BYTES};
 pub use maintenance::Maintenance;
 pub use scheduler::{FiredTick, Scheduler, SchedulerHandle};
+pub use services::guest_dedupe_key;
+pub use unstorable::UNSTORABLE_OUTCOME;
 
 use crate::inflight::AbortReason;
 use crate::options::{OptionsError, WorkerOptions};

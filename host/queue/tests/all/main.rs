@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod admin;
+mod boundary;
 mod conformance;
 mod engine;
 mod fairness;
