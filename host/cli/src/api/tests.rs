@@ -26,6 +26,7 @@ async fn app(token: Option<&str>) -> (Router, Queue) {
         deployer: None,
         metrics: Arc::new(Metrics::default()),
         token: token.map(str::to_string),
+        listen: None,
     };
     (router(state), queue)
 }
@@ -325,6 +326,7 @@ async fn counts_show_each_pools_occupancy_and_a_blocked_job_says_why() {
         deployer: None,
         metrics: Arc::new(Metrics::default()),
         token: None,
+        listen: None,
     };
     let app = router(state);
     let mut ids = Vec::new();
