@@ -111,9 +111,9 @@ fn humanize(d: Duration) -> String {
     let secs = d.as_secs();
     if d.subsec_nanos() != 0 || secs == 0 {
         format!("{}ms", d.as_millis())
-    } else if secs % DAY == 0 {
+    } else if secs.is_multiple_of(DAY) {
         format!("{}d", secs / DAY)
-    } else if secs % HOUR == 0 {
+    } else if secs.is_multiple_of(HOUR) {
         format!("{}h", secs / HOUR)
     } else {
         format!("{secs}s")
@@ -137,7 +137,7 @@ mod tests {
     fn enqueue_bounds_must_be_usable() {
         assert!(EnqueueBounds::default().validate().is_ok());
         let empty = EnqueueBounds {
-            priority: 5..=1,
+            priority: RangeInclusive::new(5, 1),
             ..EnqueueBounds::default()
         };
         assert_eq!(empty.validate().unwrap_err().0, "enqueue_priority");

@@ -253,7 +253,7 @@ pub fn check_payload(
 }
 
 /// Why `text` is not a usable identifier of at most `max` bytes.
-fn text_problem(text: &str, max: usize) -> Option<String> {
+pub(crate) fn text_problem(text: &str, max: usize) -> Option<String> {
     if text.len() > max {
         return Some(format!(
             "is {} bytes, over the {max}-byte limit",

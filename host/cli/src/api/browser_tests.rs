@@ -1,37 +1,20 @@
 //! Router tests of the browser rules (`browser.rs`) through `oneshot`: each
 //! refused case and each allowed one (same origin, no Origin, token).
 
-use std::{net::SocketAddr, sync::Arc};
-
 use axum::{
     body::Body,
     http::{Method, Request, StatusCode},
     Router,
 };
-use boxcar_queue::{connect, JobStatus, NewJob, Queue, QueueOptions, Registry};
-use http_body_util::BodyExt;
+use boxcar_queue::{JobStatus, NewJob, Queue};
 use serde_json::{json, Value};
-use tower::ServiceExt;
 
-use super::{router, AppState, Metrics};
+use super::tests::{app_on, respond};
 
 const LISTEN: &str = "127.0.0.1:7878";
 
 async fn app(listen: &str, token: Option<&str>) -> (Router, Queue) {
-    let store = connect("memory://").await.expect("memory store");
-    let queue = Queue::new(store, QueueOptions::default()).expect("queue");
-    let registry = Registry::new();
-    registry.declare_elsewhere(["mail".to_string()]);
-    queue.attach_registry(registry.clone());
-    let state = AppState {
-        queue: queue.clone(),
-        registry,
-        deployer: None,
-        metrics: Arc::new(Metrics::default()),
-        token: token.map(str::to_string),
-        listen: Some(listen.parse::<SocketAddr>().expect("address")),
-    };
-    (router(state), queue)
+    app_on(Some(listen.parse().expect("address")), token).await
 }
 
 /// Sends `method uri` with `headers` (name, value) and an optional body.
@@ -49,21 +32,14 @@ async fn send(
     let request = request
         .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
         .expect("request");
-    let response = app.clone().oneshot(request).await.expect("response");
-    let status = response.status();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-    (status, value)
+    respond(app, request).await
 }
 
-const JSON: (&str, &str) = ("content-type", "application/json");
-const HOST: (&str, &str) = ("host", LISTEN);
+/// One request header: (name, value).
+type Header = (&'static str, &'static str);
+
+const JSON: Header = ("content-type", "application/json");
+const HOST: Header = ("host", LISTEN);
 
 /// A new failed job (and every other pending `mail` job failed with it),
 /// so a `retry-failed` that runs changes something visible.
@@ -111,7 +87,7 @@ async fn status_of(queue: &Queue, id: &str) -> JobStatus {
 async fn a_body_less_cross_origin_retry_failed_is_refused() {
     let (app, queue) = app(LISTEN, None).await;
     let id = failed_job(&queue).await;
-    let refused: [(&[(&str, &str)], StatusCode, &str); 5] = [
+    let refused: [(&[Header], StatusCode, &str); 5] = [
         // What a page's <form> or no-cors fetch sends: no JSON content type.
         (
             &[HOST, ("origin", "http://attacker.example")],

@@ -18,6 +18,7 @@
 //! U+FFFD and they are cut at [`MAX_MESSAGE_BYTES`].
 
 use crate::handler::Outcome;
+use crate::validate::text_problem;
 
 /// `error_code` of a run whose answer broke these rules.
 pub const INVALID_OUTPUT: &str = "invalid-output";
@@ -121,16 +122,10 @@ fn message_problem(what: &str, text: &str) -> Option<String> {
 }
 
 fn code_problem(code: &str) -> Option<String> {
-    if code.is_empty() || code.len() > MAX_CODE_BYTES {
-        return Some(format!(
-            "the error code is {} bytes; give 1 to {MAX_CODE_BYTES}",
-            code.len()
-        ));
+    if code.is_empty() {
+        return Some("the error code is empty; give printable text such as `not-found`".into());
     }
-    code.chars().any(char::is_control).then(|| {
-        "the error code contains a control character; use printable text such as `not-found`"
-            .to_string()
-    })
+    text_problem(code, MAX_CODE_BYTES).map(|problem| format!("the error code {problem}"))
 }
 
 /// Host-written text that embeds guest text: NUL replaced, length bounded.

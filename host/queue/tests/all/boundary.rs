@@ -398,7 +398,7 @@ async fn durations_are_bounded_where_they_enter() {
         (
             HandlerSettings {
                 enqueue_bounds: EnqueueBounds {
-                    priority: 1..=0,
+                    priority: std::ops::RangeInclusive::new(1, 0),
                     ..EnqueueBounds::default()
                 },
                 ..settings(1)
