@@ -5,6 +5,7 @@
 mod harness;
 
 mod api;
+mod boundary;
 mod cli;
 mod deploy;
 mod fleet;

@@ -31,7 +31,9 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use crate::{manifest::Manifest, schema::JsonSchemaValidator, views::time};
+use crate::{
+    manifest::Manifest, protected::ProtectedPaths, schema::JsonSchemaValidator, views::time,
+};
 
 /// How long file-system events are gathered before a pass runs.
 const DEBOUNCE: Duration = Duration::from_millis(150);
@@ -87,6 +89,14 @@ pub enum DeployError {
         path: PathBuf,
         /// The registry's message.
         message: String,
+    },
+    /// A `dirs` grant reaches a path the host must keep from guests.
+    #[error("{path}: {source}")]
+    ProtectedPath {
+        /// The manifest file.
+        path: PathBuf,
+        /// Which grant and which protected path.
+        source: crate::protected::GrantOverlap,
     },
     /// Another pair already serves one of the types.
     #[error(
@@ -213,6 +223,7 @@ pub struct Deployer {
     queue: Queue,
     state: Mutex<State>,
     pass: tokio::sync::Mutex<()>,
+    protected: Mutex<ProtectedPaths>,
 }
 
 impl Deployer {
@@ -223,6 +234,12 @@ impl Deployer {
         registry: Arc<Registry>,
         queue: Queue,
     ) -> Arc<Self> {
+        let mut protected = ProtectedPaths::default();
+        protected.protect("handlers directory", &dir);
+        protected.protect("scratch root", &sandbox.scratch_root());
+        if let Some(cache) = &sandbox.config().cache_dir {
+            protected.protect("compile cache", cache);
+        }
         Arc::new(Self {
             dir,
             sandbox,
@@ -230,7 +247,14 @@ impl Deployer {
             queue,
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(()),
+            protected: Mutex::new(protected),
         })
+    }
+
+    /// Also keeps `dirs` grants away from the database file of `db_url`
+    /// (a `sqlite://` URL; other stores hold nothing on this host).
+    pub fn protect_database(&self, db_url: &str) {
+        self.protected.lock().protect_database(db_url);
     }
 
     /// Deployed pairs on this host.
@@ -340,6 +364,14 @@ impl Deployer {
     ) -> Result<DeployedPair, DeployError> {
         let prepared = prepare(&self.sandbox, module, manifest).await?;
         let manifest = &prepared.manifest;
+        let grants = &manifest.capabilities.dirs;
+        self.protected
+            .lock()
+            .check(grants)
+            .map_err(|source| DeployError::ProtectedPath {
+                path: manifest.path.clone(),
+                source,
+            })?;
         let previous_types: Vec<String> = self
             .state
             .lock()
@@ -379,6 +411,7 @@ impl Deployer {
             settings.lease_renew_interval = None;
             settings.max_attempts = manifest.max_attempts;
             settings.may_enqueue = manifest.capabilities.may_enqueue.clone();
+            settings.enqueue_bounds = manifest.limits.enqueue.clone();
             settings.serialize_by_scope = manifest.serialize_by_scope;
             settings.not_while_running = manifest.not_while_running.clone();
             settings.waits_for = manifest.waits_for.clone();

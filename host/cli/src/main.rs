@@ -12,6 +12,7 @@ mod demo;
 mod deploy;
 mod manifest;
 mod output;
+mod protected;
 mod sandbox_glue;
 mod schema;
 mod toml_file;

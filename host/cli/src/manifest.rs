@@ -16,6 +16,7 @@ use std::{
     time::Duration,
 };
 
+use boxcar_queue::bounds::{at_most, EnqueueBounds, MAX_HANDLER_TIMEOUT, MAX_LEASE_DURATION};
 use boxcar_sandbox::{DirGrant, DirMode, HttpOrigin, SandboxError};
 use serde::Deserialize;
 
@@ -80,6 +81,9 @@ struct RawLimits {
     max_progress: Option<ByteSize>,
     max_enqueues: Option<i64>,
     max_http_body: Option<ByteSize>,
+    enqueue_priority: Option<(i64, i64)>,
+    enqueue_max_attempts: Option<i64>,
+    enqueue_max_delay: Option<HumanDuration>,
 }
 
 #[derive(Deserialize, Default)]
@@ -121,6 +125,8 @@ pub struct Limits {
     pub max_enqueues: u32,
     /// Largest outbound HTTP response body in bytes.
     pub max_http_body: u64,
+    /// Priority, attempt and delay bounds on the jobs the guest enqueues.
+    pub enqueue: EnqueueBounds,
 }
 
 /// What the operator grants the module, from `[capabilities]`. `Debug`
@@ -280,11 +286,17 @@ impl Manifest {
                 "handler.timeout must be positive, e.g. \"30s\"".into(),
             ));
         }
+        at_most(timeout, MAX_HANDLER_TIMEOUT)
+            .map_err(|m| invalid(format!("handler.timeout: {m}")))?;
         let lease_duration = handler.lease_duration.map(|d| d.0);
         if lease_duration.is_some_and(|d| d.is_zero()) {
             return Err(invalid(
                 "handler.lease_duration must be positive, e.g. \"30s\"".into(),
             ));
+        }
+        if let Some(lease) = lease_duration {
+            at_most(lease, MAX_LEASE_DURATION)
+                .map_err(|m| invalid(format!("handler.lease_duration: {m}")))?;
         }
         for (key, list) in [
             ("handler.not_while_running", &handler.not_while_running),
@@ -326,6 +338,7 @@ impl Manifest {
                     u32::try_from(n).unwrap_or(u32::MAX)
                 }),
             max_http_body: limits.max_http_body.map_or(DEFAULT_MAX_HTTP_BODY, |b| b.0),
+            enqueue: enqueue_bounds(&limits).map_err(invalid)?,
         };
         if limits.max_http_body == 0 {
             return Err(invalid(
@@ -411,6 +424,32 @@ fn capabilities(raw: RawCapabilities) -> Result<Capabilities, String> {
     Ok(caps)
 }
 
+/// `[limits] enqueue_*`: the bounds on a guest's enqueues (defaults in
+/// [`EnqueueBounds`]).
+fn enqueue_bounds(limits: &RawLimits) -> Result<EnqueueBounds, String> {
+    let defaults = EnqueueBounds::default();
+    let priority = match limits.enqueue_priority {
+        None => defaults.priority,
+        Some((low, high)) => {
+            let fit = |n: i64| {
+                i32::try_from(n)
+                    .map_err(|_| format!("limits.enqueue_priority: {n} is not a 32-bit priority"))
+            };
+            fit(low)?..=fit(high)?
+        }
+    };
+    let max_attempts = positive("limits.enqueue_max_attempts", limits.enqueue_max_attempts)?
+        .map_or(defaults.max_attempts, |n| {
+            u32::try_from(n).unwrap_or(u32::MAX)
+        });
+    let max_delay = limits.enqueue_max_delay.map_or(defaults.max_delay, |d| d.0);
+    let bounds = EnqueueBounds::new(priority, max_attempts, max_delay);
+    bounds
+        .validate()
+        .map_err(|(key, reason)| format!("limits.{key}: {reason}"))?;
+    Ok(bounds)
+}
+
 fn check_name(key: &str, name: &str) -> Result<(), String> {
     if name.trim().is_empty() {
         return Err(format!("{key} contains an empty job type name"));
@@ -472,6 +511,20 @@ mod tests {
         assert_eq!(manifest.limits.memory, DEFAULT_MEMORY);
         assert_eq!(manifest.limits.fuel, None);
         assert!(manifest.capabilities.may_enqueue.is_empty());
+        assert_eq!(manifest.limits.enqueue, EnqueueBounds::default());
+    }
+
+    #[test]
+    fn enqueue_bounds_and_duration_caps() {
+        let manifest = parse(
+            "[handler]\njob_type = \"a\"\ntimeout = \"24h\"\nlease_duration = \"24h\"\n[limits]\nenqueue_priority = [-5, 5]\nenqueue_max_attempts = 4\nenqueue_max_delay = \"1h\"\n",
+        )
+        .expect("valid");
+        assert_eq!(manifest.timeout, MAX_HANDLER_TIMEOUT);
+        assert_eq!(
+            manifest.limits.enqueue,
+            EnqueueBounds::new(-5..=5, 4, Duration::from_secs(3600))
+        );
     }
 
     #[test]
@@ -551,6 +604,30 @@ mod tests {
             (
                 "[handler]\njob_type = \"a\"\n[limits]\nmemory = \"1KiB\"\n",
                 "limits.memory",
+            ),
+            (
+                "[handler]\njob_type = \"a\"\ntimeout = \"1000000years\"\n",
+                "is longer than the maximum 1d",
+            ),
+            (
+                "[handler]\njob_type = \"a\"\ntimeout = \"25h\"\n",
+                "handler.timeout",
+            ),
+            (
+                "[handler]\njob_type = \"a\"\nlease_duration = \"2d\"\n",
+                "handler.lease_duration: 2d is longer than the maximum 1d",
+            ),
+            (
+                "[handler]\njob_type = \"a\"\n[limits]\nenqueue_priority = [10, 1]\n",
+                "limits.enqueue_priority",
+            ),
+            (
+                "[handler]\njob_type = \"a\"\n[limits]\nenqueue_priority = [0, 3000000000]\n",
+                "limits.enqueue_priority",
+            ),
+            (
+                "[handler]\njob_type = \"a\"\n[limits]\nenqueue_max_attempts = 0\n",
+                "limits.enqueue_max_attempts",
             ),
             (
                 "[handler]\njob_type = \"a\"\njob_types = [\"b\"]\n",

@@ -11,6 +11,10 @@
 //! - guards and visibility: [`ClaimGuards`], [`Blocker`] (what holds a job
 //!   back), [`PoolStatus`];
 //! - recurring jobs: [`schedule`] and [`Scheduler`];
+//! - limits on what enters the queue: [`bounds`] (duration caps,
+//!   [`EnqueueBounds`] for a running job's enqueues), the error codes of
+//!   refused handler answers ([`INVALID_OUTPUT`], [`UNSTORABLE_OUTCOME`])
+//!   and where a running job's dedupe keys live ([`guest_dedupe_key`]);
 //! - the store port and its implementations: [`store`] (params, the
 //!   memory store, and — per cargo feature `sqlite` / `postgres`, both on
 //!   by default — the SQLite and Postgres stores).
@@ -27,6 +31,7 @@
 
 #[doc(hidden)]
 pub mod bench;
+pub mod bounds;
 mod clock;
 mod engine;
 mod guards;
@@ -44,8 +49,12 @@ pub mod testing;
 mod time;
 mod validate;
 
+pub use bounds::EnqueueBounds;
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use engine::{FiredTick, Maintenance, Scheduler, SchedulerHandle, Worker, WorkerHandle};
+pub use engine::{
+    guest_dedupe_key, FiredTick, Maintenance, Scheduler, SchedulerHandle, Worker, WorkerHandle,
+    INVALID_OUTPUT, UNSTORABLE_OUTCOME,
+};
 pub use guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 pub use handler::{
     ChildJobRequest, ChildSummary, Handler, JobContext, JobRun, JobServices, LimitKind, Outcome,

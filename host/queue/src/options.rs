@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+use crate::bounds::{
+    at_most, MAX_ABANDON_GRACE, MAX_GRACE, MAX_HORIZON, MAX_POLL_INTERVAL, MAX_RETRY_DELAY,
+};
 use crate::job::JobStatus;
 use crate::validate::PayloadLimits;
 
@@ -172,7 +175,20 @@ impl WorkerOptions {
         if self.starvation_polls == 0 {
             return Err(err("starvation_polls", "must be a positive integer"));
         }
+        let durations = [
+            ("poll_interval", self.poll_interval, MAX_POLL_INTERVAL),
+            ("max_backoff", self.max_backoff, MAX_RETRY_DELAY),
+            ("lease_grace", self.lease_grace, MAX_GRACE),
+            ("abandon_grace", self.abandon_grace, MAX_ABANDON_GRACE),
+            ("shutdown_grace", self.shutdown_grace, MAX_GRACE),
+        ];
+        for (option, value, max) in durations {
+            at_most(value, max).map_err(|reason| err(option, reason))?;
+        }
         if let Some(r) = &self.retention {
+            at_most(r.older_than, MAX_HORIZON).map_err(|m| err("retention.older_than", m))?;
+            at_most(r.sweep_interval, MAX_HORIZON)
+                .map_err(|m| err("retention.sweep_interval", m))?;
             if r.older_than.is_zero() {
                 return Err(err("retention.older_than", "must be positive"));
             }

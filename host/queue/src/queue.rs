@@ -205,6 +205,15 @@ impl Queue {
             .into_iter()
             .map(|j| self.prepare(j))
             .collect::<Result<Vec<_>, _>>()?;
+        self.add_prepared(prepared).await
+    }
+
+    /// Inserts jobs that went through [`Queue::prepare`] (and were possibly
+    /// adjusted since, e.g. a guest's namespaced dedupe key).
+    pub(crate) async fn add_prepared(
+        &self,
+        prepared: Vec<InsertJob>,
+    ) -> Result<Vec<AddResult>, QueueError> {
         let out = self
             .inner
             .store
@@ -461,7 +470,8 @@ impl Queue {
     /// # Errors
     /// [`WaitError::Timeout`], [`WaitError::NotFound`] or a store error.
     pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Job, WaitError> {
-        let deadline = tokio::time::Instant::now() + timeout;
+        // A timeout too long to represent waits for as long as one can.
+        let deadline = crate::time::instant_after(timeout);
         let mut events = self.inner.store.subscribe();
         loop {
             match self.inner.store.get(id).await? {

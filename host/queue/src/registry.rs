@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use parking_lot::RwLock;
 
+use crate::bounds::{at_most, EnqueueBounds, MAX_HANDLER_TIMEOUT, MAX_LEASE_DURATION};
 use crate::guards::{ClaimGuards, PoolGuard};
 use crate::handler::Handler;
 
@@ -50,8 +51,11 @@ pub struct HandlerSettings {
     pub lease_renew_interval: Option<Duration>,
     /// Default attempt budget for jobs of this type.
     pub max_attempts: Option<u32>,
-    /// Types this handler may enqueue while running.
+    /// Types this handler may enqueue while running (exact names; there is
+    /// no wildcard).
     pub may_enqueue: Vec<String>,
+    /// Priority, attempt and delay bounds on what this handler enqueues.
+    pub enqueue_bounds: EnqueueBounds,
     /// Guard: one live job per scope.
     pub serialize_by_scope: bool,
     /// Guard: not while these types hold live leases.
@@ -71,6 +75,7 @@ impl Default for HandlerSettings {
             lease_renew_interval: None,
             max_attempts: None,
             may_enqueue: Vec::new(),
+            enqueue_bounds: EnqueueBounds::default(),
             serialize_by_scope: false,
             not_while_running: Vec::new(),
             waits_for: Vec::new(),
@@ -159,7 +164,7 @@ pub enum RegistryError {
         /// The setting name.
         setting: &'static str,
         /// What is wrong.
-        reason: &'static str,
+        reason: String,
     },
     /// `waits_for` forms a cycle.
     #[error("waits_for cycle refused: {0} — two types that wait for each other could never start")]
@@ -251,10 +256,10 @@ impl Registry {
         settings: HandlerSettings,
     ) -> Result<(), RegistryError> {
         let job_type = job_type.into();
-        let bad = |setting, reason| RegistryError::BadSetting {
+        let bad = |setting, reason: &str| RegistryError::BadSetting {
             job_type: job_type.clone(),
             setting,
-            reason,
+            reason: reason.to_string(),
         };
         if job_type.trim().is_empty() {
             return Err(bad("job_type", "must not be empty"));
@@ -273,6 +278,27 @@ impl Registry {
         }
         if settings.max_attempts == Some(0) {
             return Err(bad("max_attempts", "must be a positive integer"));
+        }
+        let durations = [
+            ("timeout", Some(settings.timeout), MAX_HANDLER_TIMEOUT),
+            (
+                "lease_duration",
+                settings.lease_duration,
+                MAX_LEASE_DURATION,
+            ),
+            (
+                "lease_renew_interval",
+                settings.lease_renew_interval,
+                MAX_LEASE_DURATION,
+            ),
+        ];
+        for (setting, value, max) in durations {
+            if let Some(Err(reason)) = value.map(|d| at_most(d, max)) {
+                return Err(bad(setting, &reason));
+            }
+        }
+        if let Err((setting, reason)) = settings.enqueue_bounds.validate() {
+            return Err(bad(setting, &reason));
         }
         let version = handler.version();
         let entry = Arc::new(HandlerEntry {

@@ -53,6 +53,15 @@ pub(crate) fn before(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
+/// `d` from now on tokio's clock (timeouts and lease deadlines in this
+/// process), saturating about a century ahead.
+pub(crate) fn instant_after(d: Duration) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    now.checked_add(d)
+        .or_else(|| now.checked_add(crate::bounds::MAX_HORIZON))
+        .unwrap_or(now)
+}
+
 /// `ms + d` in milliseconds, saturating at [`FAR_FUTURE_MS`].
 #[cfg(feature = "sqlite")]
 pub(crate) fn after_ms(ms: i64, d: Duration) -> i64 {

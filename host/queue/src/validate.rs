@@ -3,11 +3,26 @@
 //!
 //! Invariant: no message built here contains payload text or payload values;
 //! payload problems are described by category and, for schema failures, by
-//! JSON pointer only.
+//! JSON pointer only. A job type that is itself unusable is shown escaped
+//! and shortened.
+//!
+//! Text fields are identifiers, stored in `text` columns and shown in
+//! terminals: a job type and a scope type are at most [`MAX_NAME_BYTES`], a
+//! scope id, dedupe key and parent id at most [`MAX_KEY_BYTES`], none holds
+//! a control character (NUL, escape sequences, line breaks), and dedupe keys
+//! beginning with [`RESERVED_DEDUPE_PREFIX`] are the host's own (a running
+//! job's enqueues are namespaced there).
 
 use serde_json::Value;
 
 use crate::job::NewJob;
+
+/// Longest job type or scope type, in bytes.
+pub const MAX_NAME_BYTES: usize = 255;
+/// Longest scope id, dedupe key or parent id, in bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+/// Dedupe keys beginning with this are reserved for the host.
+pub const RESERVED_DEDUPE_PREFIX: &str = "boxcar:";
 
 /// Bounds on what a payload may be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +141,22 @@ pub enum EnqueueError {
         /// The schema keyword that failed (never the value).
         reason: String,
     },
+    /// A text field is too long or holds a control character.
+    #[error("job `{job_type}`: {field} {problem}")]
+    UnusableText {
+        /// The job type (escaped and shortened when it is the problem).
+        job_type: String,
+        /// `job type`, `scope type`, `scope id`, `dedupe key` or `parent id`.
+        field: &'static str,
+        /// What is wrong, without the text itself.
+        problem: String,
+    },
+    /// The dedupe key uses the host's reserved prefix.
+    #[error("job `{job_type}`: dedupe keys beginning with `{RESERVED_DEDUPE_PREFIX}` are reserved for the host (jobs enqueued by running handlers); choose another key")]
+    ReservedDedupeKey {
+        /// The job type.
+        job_type: String,
+    },
     /// The parent job of a flow does not exist.
     #[error("job `{job_type}`: parent job `{parent_id}` does not exist")]
     UnknownParent {
@@ -221,6 +252,75 @@ pub fn check_payload(
     Ok(value)
 }
 
+/// Why `text` is not a usable identifier of at most `max` bytes.
+pub(crate) fn text_problem(text: &str, max: usize) -> Option<String> {
+    if text.len() > max {
+        return Some(format!(
+            "is {} bytes, over the {max}-byte limit",
+            text.len()
+        ));
+    }
+    text.chars().any(char::is_control).then(|| {
+        "contains a control character (NUL, escape, line break, ...); use printable text"
+            .to_string()
+    })
+}
+
+/// A job type fit for an error message: escaped, at most 64 characters.
+fn shown(job_type: &str) -> String {
+    let escaped: String = job_type.escape_debug().collect();
+    if escaped.chars().count() > 64 {
+        format!("{}…", escaped.chars().take(64).collect::<String>())
+    } else {
+        escaped
+    }
+}
+
+/// Checks the identifiers of a new job (see the module docs).
+fn check_text(job: &NewJob) -> Result<(), EnqueueError> {
+    if let Some(problem) = text_problem(&job.job_type, MAX_NAME_BYTES) {
+        return Err(EnqueueError::UnusableText {
+            job_type: shown(&job.job_type),
+            field: "job type",
+            problem,
+        });
+    }
+    let scope = job.scope.as_ref();
+    let fields = [
+        (
+            "scope type",
+            scope.map(|s| s.scope_type.as_str()),
+            MAX_NAME_BYTES,
+        ),
+        (
+            "scope id",
+            scope.map(|s| s.scope_id.as_str()),
+            MAX_KEY_BYTES,
+        ),
+        ("dedupe key", job.dedupe_key.as_deref(), MAX_KEY_BYTES),
+        ("parent id", job.parent_id.as_deref(), MAX_KEY_BYTES),
+    ];
+    for (field, text, max) in fields {
+        if let Some(problem) = text.and_then(|t| text_problem(t, max)) {
+            return Err(EnqueueError::UnusableText {
+                job_type: job.job_type.clone(),
+                field,
+                problem,
+            });
+        }
+    }
+    if job
+        .dedupe_key
+        .as_deref()
+        .is_some_and(|k| k.starts_with(RESERVED_DEDUPE_PREFIX))
+    {
+        return Err(EnqueueError::ReservedDedupeKey {
+            job_type: job.job_type.clone(),
+        });
+    }
+    Ok(())
+}
+
 /// Checks the non-payload fields of a new job.
 ///
 /// # Errors
@@ -229,6 +329,7 @@ pub fn check_fields(job: &NewJob) -> Result<(), EnqueueError> {
     if job.job_type.trim().is_empty() {
         return Err(EnqueueError::EmptyJobType);
     }
+    check_text(job)?;
     let job_type = || job.job_type.clone();
     if job.dedupe_key.as_deref().is_some_and(|k| k.is_empty()) {
         return Err(EnqueueError::EmptyDedupeKey {
@@ -255,7 +356,7 @@ pub fn check_fields(job: &NewJob) -> Result<(), EnqueueError> {
         });
     }
     let bad_duration = |d: Option<std::time::Duration>| {
-        d.is_some_and(|d| chrono::Duration::from_std(d).is_err() || d.as_secs() > 100 * 365 * 86400)
+        d.is_some_and(|d| chrono::Duration::from_std(d).is_err() || d > crate::bounds::MAX_HORIZON)
     };
     if bad_duration(job.delay) {
         return Err(EnqueueError::InvalidTime {

@@ -217,7 +217,9 @@ impl HandlerLimits {
 /// no environment. See the README's "Capabilities" section.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Capabilities {
-    /// Job types this handler may enqueue.
+    /// Job types this handler may enqueue. Informational here: the
+    /// queue's `JobServices` (the run's `HandlerSettings::may_enqueue`)
+    /// enforces it; the sandbox forwards every enqueue call there.
     pub may_enqueue: Vec<String>,
     /// Origins outbound `wasi:http` requests may go to; empty refuses all.
     pub http: Vec<HttpOrigin>,

@@ -159,6 +159,11 @@ impl Sandbox {
         &self.shared.config
     }
 
+    /// The directory per-job scratch directories are created in.
+    pub fn scratch_root(&self) -> PathBuf {
+        self.shared.scratch_base()
+    }
+
     /// Components compiled from scratch since the sandbox was built.
     pub fn compiles(&self) -> u64 {
         self.shared.compiles.load(Ordering::Relaxed)

@@ -3,9 +3,10 @@
 //! - `log`: counted against `max_log` (shared with stdout/stderr); past it
 //!   the guest is stopped (`LimitExceeded(LogVolume)`).
 //! - `progress`: reports over `max_progress` are refused (`limit-reached`).
-//! - `enqueue`: types outside `may_enqueue` are refused (`not-allowed`);
-//!   calls past `max_enqueues` are refused (`limit-reached`) without reaching
-//!   the queue.
+//! - `enqueue`: calls past `max_enqueues` are refused (`limit-reached`)
+//!   without reaching the queue; every other call is forwarded as it is to
+//!   the run's `JobServices`, which alone decides what may be enqueued
+//!   (`may_enqueue`, priority/attempt/delay bounds, dedupe namespacing).
 //! - `cancelled`: true once cancel fired or the deadline passed.
 
 use std::time::{Duration, Instant};
@@ -22,7 +23,10 @@ impl types::Host for HostState {}
 
 fn host_error(e: ServiceError) -> types::HostError {
     match e {
-        ServiceError::NotAllowed(m) => types::HostError::NotAllowed(m),
+        ServiceError::NotAllowed(job_type) => types::HostError::NotAllowed(
+            ServiceError::NotAllowed(crate::output::truncate(&job_type, 200).to_string())
+                .to_string(),
+        ),
         ServiceError::LimitReached(m) => types::HostError::LimitReached(m),
         ServiceError::Invalid(m) => types::HostError::Invalid(m),
         ServiceError::Host(m) => types::HostError::Unavailable(m),
@@ -63,12 +67,6 @@ impl host::Host for HostState {
         payload: String,
         options: types::EnqueueOptions,
     ) -> wasmtime::Result<Result<String, types::HostError>> {
-        if !self.caps.may_enqueue.contains(&job_type) {
-            return Ok(Err(types::HostError::NotAllowed(format!(
-                "enqueueing `{}` is not allowed: add it to capabilities.may_enqueue in the manifest",
-                crate::output::truncate(&job_type, 200)
-            ))));
-        }
         if self.enqueues >= self.limits.max_enqueues {
             return Ok(Err(types::HostError::LimitReached(format!(
                 "at most {} enqueue calls per job (max_enqueues)",

@@ -169,7 +169,6 @@ impl LoadedHandler {
             log: Arc::clone(&log),
             services: ctx.services,
             limits: Arc::clone(&self.limits),
-            caps: Arc::clone(&self.caps),
             cancel: ctx.cancel,
             deadline,
             enqueues: 0,

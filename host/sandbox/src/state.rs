@@ -16,7 +16,7 @@ use wasmtime::ResourceLimiter;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use crate::{http::HttpPolicy, output::LogSink, Capabilities, HandlerLimits};
+use crate::{http::HttpPolicy, output::LogSink, HandlerLimits};
 
 /// Store data of one job.
 pub(crate) struct HostState {
@@ -26,7 +26,6 @@ pub(crate) struct HostState {
     pub(crate) log: Arc<LogSink>,
     pub(crate) services: Arc<dyn JobServices>,
     pub(crate) limits: Arc<HandlerLimits>,
-    pub(crate) caps: Arc<Capabilities>,
     pub(crate) cancel: CancellationToken,
     pub(crate) deadline: Instant,
     pub(crate) enqueues: u32,

@@ -176,6 +176,9 @@ impl JobServices for Quiet {
 struct Recorder {
     enqueued: Mutex<Vec<ChildJobRequest>>,
     progress: Mutex<Vec<String>>,
+    /// Refuses other types with `NotAllowed`, as the queue's services do
+    /// for types outside `may_enqueue` (the sandbox forwards every call).
+    may_enqueue: Vec<String>,
 }
 
 impl JobServices for Recorder {
@@ -184,6 +187,9 @@ impl JobServices for Recorder {
         Box::pin(async { Ok(()) })
     }
     fn enqueue(&self, request: ChildJobRequest) -> BoxFuture<'_, Result<String, ServiceError>> {
+        if !self.may_enqueue.contains(&request.job_type) {
+            return Box::pin(async move { Err(ServiceError::NotAllowed(request.job_type)) });
+        }
         let mut all = self.enqueued.lock().expect("lock");
         all.push(request);
         let id = format!("child-{}", all.len());
@@ -342,7 +348,10 @@ async fn fanout_uses_the_host_interface(lang: Lang) {
         return;
     };
     let job_type = format!("{}.fanout", lang.prefix());
-    let recorder = Arc::new(Recorder::default());
+    let recorder = Arc::new(Recorder {
+        may_enqueue: vec![echo_type.clone()],
+        ..Recorder::default()
+    });
     let ctx = JobContext {
         cancel: CancellationToken::new(),
         services: recorder.clone(),

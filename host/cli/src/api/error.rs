@@ -20,6 +20,15 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// An error with any status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
     /// A 400 with a specific code.
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self {

@@ -6,13 +6,17 @@
 //!   required on every route but `/healthz` (the server refuses to start
 //!   without one).
 //! - Request bodies are size-limited; every error is `{error, message}`.
+//! - Browser rules ([`browser`]): on loopback the `Host` must be a loopback
+//!   name with the listening port (DNS rebinding); state-changing requests
+//!   need `Content-Type: application/json` and must not be cross-origin.
 //! - Handlers validate exactly as the Rust API does: they call [`Queue`].
 
+mod browser;
 mod error;
 mod metrics;
 mod requests;
 
-use std::{sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use axum::{
     extract::{DefaultBodyLimit, Path, Query, Request, State},
@@ -54,6 +58,10 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Required bearer token, if any.
     pub token: Option<String>,
+    /// The address the server is bound to (with its real port). On a
+    /// loopback address, requests must name it in `Host`; `None` (an
+    /// in-process router without a socket) skips only that check.
+    pub listen: Option<SocketAddr>,
 }
 
 /// Builds the router.
@@ -74,6 +82,10 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .merge(protected)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            browser::enforce,
+        ))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -238,13 +250,28 @@ async fn wait_job(
     Ok(Json(JobView::from(&job)))
 }
 
+/// A JSON body that may be empty (then `T::default()`); the content type
+/// was checked by the browser rules.
+fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::bad_request(
+            "bad_json",
+            format!("request body is not the expected JSON: {e}"),
+        )
+    })
+}
+
 async fn cancel_job(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    body: Option<Json<CancelRequest>>,
+    body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let reason = body
-        .and_then(|Json(b)| b.reason)
+    let request: CancelRequest = optional_body(&body)?;
+    let reason = request
+        .reason
         .unwrap_or_else(|| "cancelled via the API".into());
     if state.queue.get(&id).await?.is_none() {
         return Err(ApiError::job_not_found(&id));
@@ -256,9 +283,9 @@ async fn cancel_job(
 async fn cancel_scope(
     State(state): State<AppState>,
     Path((scope_type, scope_id)): Path<(String, String)>,
-    body: Option<Json<CancelRequest>>,
+    body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let request = body.map(|Json(b)| b).unwrap_or_default();
+    let request: CancelRequest = optional_body(&body)?;
     let reason = request
         .reason
         .unwrap_or_else(|| "cancelled via the API".into());
@@ -273,9 +300,9 @@ async fn cancel_scope(
 
 async fn retry_failed(
     State(state): State<AppState>,
-    body: Option<Json<RetryRequest>>,
+    body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let request = body.map(|Json(b)| b).unwrap_or_default();
+    let request: RetryRequest = optional_body(&body)?;
     let filter = request.into_filter()?;
     let retried = state.queue.retry_failed(&filter).await?;
     Ok(Json(json!({"retried": retried})))
@@ -322,5 +349,7 @@ async fn metrics_text(State(state): State<AppState>) -> Result<Response, ApiErro
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
+#[cfg(test)]
+mod browser_tests;
 #[cfg(test)]
 mod tests;

@@ -15,6 +15,15 @@ use tower::ServiceExt;
 use super::{router, AppState, Metrics, MAX_BODY};
 
 async fn app(token: Option<&str>) -> (Router, Queue) {
+    app_on(None, token).await
+}
+
+/// A router over a memory queue that knows type `mail`, as if bound to
+/// `listen` (`None`: no socket, the `Host` check is skipped).
+pub(super) async fn app_on(
+    listen: Option<std::net::SocketAddr>,
+    token: Option<&str>,
+) -> (Router, Queue) {
     let store = connect("memory://").await.expect("memory store");
     let queue = Queue::new(store, QueueOptions::default()).expect("queue");
     let registry = Registry::new();
@@ -26,6 +35,7 @@ async fn app(token: Option<&str>) -> (Router, Queue) {
         deployer: None,
         metrics: Arc::new(Metrics::default()),
         token: token.map(str::to_string),
+        listen,
     };
     (router(state), queue)
 }
@@ -51,6 +61,12 @@ async fn call_raw(
     let request = request
         .body(body.map_or_else(Body::empty, Body::from))
         .expect("request");
+    respond(app, request).await
+}
+
+/// Runs `request` through the router; the status and the body as JSON (or
+/// as a JSON string when it is not JSON).
+pub(super) async fn respond(app: &Router, request: Request<Body>) -> (StatusCode, Value) {
     let response = app.clone().oneshot(request).await.expect("response");
     let status = response.status();
     let bytes = response
@@ -320,6 +336,7 @@ async fn counts_show_each_pools_occupancy_and_a_blocked_job_says_why() {
         deployer: None,
         metrics: Arc::new(Metrics::default()),
         token: None,
+        listen: None,
     };
     let app = router(state);
     let mut ids = Vec::new();

@@ -13,13 +13,13 @@ use super::{usage, Context};
 use crate::{
     api::parse_scope,
     cli::{CancelArgs, JobsArgs, PruneArgs, RetryArgs},
-    output::{clip, table},
+    output::{clip, json_for_terminal, printable, table},
     units::parse_duration,
     views::{HandlerEventView, JobView},
 };
 
 fn print_json(value: &impl serde::Serialize) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(value)?);
+    println!("{}", json_for_terminal(value)?);
     Ok(())
 }
 
@@ -152,7 +152,7 @@ pub async fn job(context: Context, id: &str) -> anyhow::Result<()> {
                 serde_json::Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            println!("{key:<16} {text}");
+            println!("{key:<16} {}", printable(&text));
         }
     }
     Ok(())
@@ -277,8 +277,10 @@ pub async fn prune(context: Context, args: PruneArgs) -> anyhow::Result<()> {
             JobStatus::Cancelled,
         ],
     };
-    let cutoff = Utc::now()
-        - chrono::Duration::from_std(age).map_err(|_| usage("--older-than is too large"))?;
+    let cutoff = chrono::Duration::from_std(age)
+        .ok()
+        .and_then(|age| Utc::now().checked_sub_signed(age))
+        .ok_or_else(|| usage("--older-than is too large: give an age such as 7d or 1y"))?;
     let queue = context.queue().await?;
     let pruned = queue.prune(cutoff, &statuses).await?;
     if context.json {
@@ -359,9 +361,10 @@ pub async fn handlers(context: Context) -> anyhow::Result<()> {
         println!("\nrejected (the previous version, if any, keeps serving):");
         for (file, e) in &rejections {
             println!(
-                "  {file} at {}: {}",
+                "  {} at {}: {}",
+                printable(file),
                 e.at,
-                e.reason.as_deref().unwrap_or("")
+                printable(e.reason.as_deref().unwrap_or(""))
             );
         }
     }

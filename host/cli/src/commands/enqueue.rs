@@ -7,7 +7,12 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{admin::scope_arg, usage, Context, JobFailed, WaitTimedOut};
-use crate::{cli::EnqueueArgs, units::parse_duration, views::JobView};
+use crate::{
+    cli::EnqueueArgs,
+    output::{json_for_terminal, json_text_for_terminal},
+    units::parse_duration,
+    views::JobView,
+};
 
 /// One child in a `--children` file.
 #[derive(Deserialize)]
@@ -105,12 +110,9 @@ pub async fn run(context: Context, args: EnqueueArgs) -> anyhow::Result<()> {
         other => anyhow::Error::from(other),
     })?;
     if context.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&JobView::from(&finished))?
-        );
+        println!("{}", json_for_terminal(&JobView::from(&finished))?);
     } else if let Some(result) = &finished.result {
-        println!("{result}");
+        println!("{}", json_text_for_terminal(result));
     }
     if finished.status != JobStatus::Succeeded {
         return Err(JobFailed {

@@ -28,7 +28,11 @@ pub struct UsageError(pub String);
 
 /// The job waited for did not succeed: exit code 3.
 #[derive(Debug, thiserror::Error)]
-#[error("job {id} {status}: {message}{}", code.as_ref().map(|c| format!(" (code {c})")).unwrap_or_default())]
+#[error(
+    "job {id} {status}: {}{}",
+    crate::output::printable(message),
+    code.as_ref().map(|c| format!(" (code {})", crate::output::printable(c))).unwrap_or_default()
+)]
 pub struct JobFailed {
     pub id: String,
     pub status: String,

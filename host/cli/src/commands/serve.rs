@@ -72,6 +72,7 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
             }
             let sandbox = Arc::new(Sandbox::new(sandbox_glue::sandbox_config(&config.sandbox))?);
             let deployer = Deployer::new(dir.clone(), sandbox, registry.clone(), queue.clone());
+            deployer.protect_database(&context.db);
             deployer.reconcile().await;
             tokio::spawn(deployer.clone().watch(stop.clone()));
             Some(deployer)
@@ -112,18 +113,20 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
     let api_task = if args.no_api {
         None
     } else {
+        let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
+            anyhow::anyhow!(
+                "cannot listen on {address}: {e}; is another boxcar running there? use --listen"
+            )
+        })?;
+        let address = listener.local_addr().unwrap_or(address);
         let state = AppState {
             queue: queue.clone(),
             registry: registry.clone(),
             deployer: deployer.clone(),
             metrics,
             token,
+            listen: Some(address),
         };
-        let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
-            anyhow::anyhow!(
-                "cannot listen on {address}: {e}; is another boxcar running there? use --listen"
-            )
-        })?;
         tracing::info!(%address, "HTTP API listening");
         let stop_api = stop.clone();
         Some(tokio::spawn(async move {

@@ -1,9 +1,13 @@
 //! Retry delay: `min(base * 2^(attempts-1), max)` plus up to 10 % jitter;
-//! an explicit `retry_after` is a floor that wins even above `max`.
+//! an explicit `retry_after` is a floor that wins even above `max`, up to
+//! [`MAX_RETRY_DELAY`] (30 days): a longer one is shortened to that, so a
+//! handler cannot park a job beyond any time the stores can hold.
 
 use std::time::Duration;
 
 use rand::Rng;
+
+use crate::bounds::MAX_RETRY_DELAY;
 
 /// The delay before the next attempt after `attempts` attempts.
 pub fn retry_delay(
@@ -20,7 +24,8 @@ pub fn retry_delay(
     } else {
         Duration::from_millis(rand::rng().random_range(0..=jitter_ms))
     };
-    (grown + jitter).max(retry_after.unwrap_or_default())
+    let floor = retry_after.unwrap_or_default().min(MAX_RETRY_DELAY);
+    grown.saturating_add(jitter).max(floor)
 }
 
 #[cfg(test)]
@@ -42,5 +47,25 @@ mod tests {
         assert!(d20 >= max && d20 <= max + max / 10, "{d20:?}");
         let floor = Duration::from_secs(3600);
         assert_eq!(retry_delay(1, base, max, Some(floor)), floor);
+    }
+
+    #[test]
+    fn a_retry_after_beyond_the_maximum_is_shortened_to_it() {
+        let base = Duration::from_secs(2);
+        let max = Duration::from_secs(300);
+        assert_eq!(
+            retry_delay(1, base, max, Some(Duration::from_millis(u64::MAX))),
+            MAX_RETRY_DELAY
+        );
+        assert_eq!(
+            retry_delay(1, base, max, Some(Duration::MAX)),
+            MAX_RETRY_DELAY
+        );
+        let just_under = MAX_RETRY_DELAY - Duration::from_secs(1);
+        assert_eq!(
+            retry_delay(1, base, max, Some(just_under)),
+            just_under,
+            "up to the maximum, an explicit retry_after above max_backoff still wins"
+        );
     }
 }

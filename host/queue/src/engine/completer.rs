@@ -5,7 +5,10 @@
 //! Invariants: a `succeeded` event is emitted only for jobs whose fenced
 //! write landed; each landed batch wakes the dispatcher once (guards read the
 //! store, which shows the freed capacity only now); on shutdown everything
-//! queued is flushed before exit.
+//! queued is flushed before exit. One row can never cost the others their
+//! completion: a batch the database refuses is written again job by job,
+//! and a job whose own write is refused fails with a host-written error
+//! (see `unstorable`) instead of staying `running` until its lease expires.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,10 +16,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::unstorable::{fail_unstorable, is_refusal};
 use super::Engine;
 use crate::handler::Scope;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
-use crate::store::{CompleteParams, Completed};
+use crate::store::{CompleteParams, Completed, StoreError};
 
 /// Queue depth of finished runs awaiting their write.
 pub(crate) const CAPACITY: usize = 8192;
@@ -31,10 +35,14 @@ pub(crate) struct Done {
     pub duration: Duration,
 }
 
-async fn write(engine: &Engine, batch: Vec<Done>) {
+/// Transient failures of one `complete` round trip are retried this often.
+const TRANSIENT_RETRIES: u32 = 5;
+
+/// Writes `jobs` in one fenced `complete`, retrying transient failures.
+async fn complete(engine: &Engine, jobs: &[Done]) -> Result<Vec<String>, StoreError> {
     let params = CompleteParams {
         worker_id: engine.opts.worker_id.clone(),
-        jobs: batch
+        jobs: jobs
             .iter()
             .map(|d| Completed {
                 id: d.id.clone(),
@@ -43,19 +51,34 @@ async fn write(engine: &Engine, batch: Vec<Done>) {
             .collect(),
     };
     let mut tries = 0u32;
-    let applied = loop {
+    loop {
         match engine.store.complete(params.clone()).await {
-            Ok(ids) => break ids,
-            Err(e) if tries < 5 => {
+            Ok(ids) => return Ok(ids),
+            Err(e) if tries < TRANSIENT_RETRIES && !is_refusal(&e) => {
                 tries += 1;
                 tracing::warn!(error = %e, tries, "completion write failed; retrying");
                 tokio::time::sleep(Duration::from_millis(50 * u64::from(tries))).await;
             }
-            Err(e) => {
-                tracing::error!(error = %e, count = batch.len(), "completion write failed; the jobs will be recovered after their leases expire and run again");
-                engine.slot_freed.notify_one();
-                return;
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+pub(super) async fn write(engine: &Engine, batch: Vec<Done>) {
+    let applied = match complete(engine, &batch).await {
+        Ok(ids) => ids,
+        Err(e) if is_refusal(&e) => {
+            if batch.len() > 1 {
+                tracing::warn!(error = %e, count = batch.len(), "the database refused a completion batch; writing its jobs one by one");
             }
+            write_one_by_one(engine, batch).await;
+            engine.slot_freed.notify_one();
+            return;
+        }
+        Err(e) => {
+            tracing::error!(error = %e, count = batch.len(), "completion write failed; the jobs will be recovered after their leases expire and run again");
+            engine.slot_freed.notify_one();
+            return;
         }
     };
     // The runs freed their local slots (and woke the dispatcher) before this
@@ -63,18 +86,43 @@ async fn write(engine: &Engine, batch: Vec<Done>) {
     // only now shows them finished. One more round for the whole batch, so
     // a type that found its pool full asks again now.
     engine.slot_freed.notify_one();
-    let applied: std::collections::HashSet<String> = applied.into_iter().collect();
+    report(engine, batch, &applied);
+}
+
+/// Each job in its own write; a job whose write is refused is failed.
+async fn write_one_by_one(engine: &Engine, batch: Vec<Done>) {
+    for done in batch {
+        match complete(engine, std::slice::from_ref(&done)).await {
+            Ok(applied) => report(engine, vec![done], &applied),
+            Err(e) if is_refusal(&e) => {
+                let event = succeeded_event(done);
+                fail_unstorable(engine, "job's result", &e, event).await;
+            }
+            Err(e) => {
+                tracing::error!(job_id = %done.id, error = %e, "completion write failed; the job is recovered after its lease");
+            }
+        }
+    }
+}
+
+fn succeeded_event(d: Done) -> LifecycleEvent {
+    LifecycleEvent {
+        job_id: d.id,
+        job_type: d.job_type,
+        scope: d.scope,
+        outcome: LifecycleOutcome::Succeeded,
+        attempts: d.attempts,
+        error: None,
+        duration: Some(d.duration),
+    }
+}
+
+/// Emits `succeeded` for the jobs whose write landed.
+fn report(engine: &Engine, batch: Vec<Done>, applied: &[String]) {
+    let applied: std::collections::HashSet<&str> = applied.iter().map(String::as_str).collect();
     for d in batch {
-        if applied.contains(&d.id) {
-            engine.queue.emit(LifecycleEvent {
-                job_id: d.id,
-                job_type: d.job_type,
-                scope: d.scope,
-                outcome: LifecycleOutcome::Succeeded,
-                attempts: d.attempts,
-                error: None,
-                duration: Some(d.duration),
-            });
+        if applied.contains(d.id.as_str()) {
+            engine.queue.emit(succeeded_event(d));
         } else {
             tracing::warn!(job_id = %d.id, "completion rejected: the lease was lost or the job was cancelled meanwhile");
         }

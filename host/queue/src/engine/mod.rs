@@ -15,10 +15,14 @@
 mod backoff;
 mod completer;
 mod dispatch;
+mod handler_output;
 mod maintenance;
 mod run;
 mod scheduler;
 mod services;
+mod unstorable;
+#[cfg(test)]
+mod unstorable_tests;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -29,8 +33,11 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+pub use handler_output::INVALID_OUTPUT;
 pub use maintenance::Maintenance;
 pub use scheduler::{FiredTick, Scheduler, SchedulerHandle};
+pub use services::guest_dedupe_key;
+pub use unstorable::UNSTORABLE_OUTCOME;
 
 use crate::inflight::AbortReason;
 use crate::options::{OptionsError, WorkerOptions};

@@ -8,6 +8,11 @@
 //!   keeps failing until the lease would have expired, aborts the run.
 //! - A run aborted because of a cancel or a lost lease writes nothing; one
 //!   aborted by shutdown releases its lease (attempt given back).
+//! - Every handler's outcome passes `handler_output::admit` before it is
+//!   written; a failure or retry write the database refuses is replaced by
+//!   a host-written failure (`unstorable`), never left to lease expiry.
+//! - Deadlines and lease instants are computed with checked arithmetic
+//!   (settings are bounded at registration; this is the second line).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,7 +20,9 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 
 use super::completer::Done;
+use super::handler_output::admit;
 use super::services::RunServices;
+use super::unstorable::{fail_unstorable, is_refusal};
 use super::{backoff::retry_delay, Engine};
 use crate::handler::{JobContext, JobRun, Outcome};
 use crate::inflight::{AbortReason, RunHandle};
@@ -23,6 +30,7 @@ use crate::job::{Job, JobStatus};
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::registry::HandlerEntry;
 use crate::store::{FailParams, ReleaseParams, RenewParams, RetryParams};
+use crate::time;
 
 /// Renews the lease once; `Ok(false)` when the store refused (lease lost).
 async fn renew(engine: &Engine, id: &str, lease: Duration) -> Result<bool, ()> {
@@ -53,11 +61,11 @@ async fn supervise(
         let every = entry.settings.lease_renew_interval.unwrap_or(lease / 3);
         (lease, every.max(Duration::from_millis(10)))
     });
-    let mut lease_valid_until = renewal.map(|(l, _)| Instant::now() + l);
-    let mut next_renewal = renewal.map(|(_, every)| tokio::time::Instant::now() + every);
+    let mut lease_valid_until = renewal.map(|(l, _)| time::instant_after(l));
+    let mut next_renewal = renewal.map(|(_, every)| time::instant_after(every));
     let mut timed_out = false;
     loop {
-        let renew_at = next_renewal.unwrap_or(deadline + Duration::from_secs(3600));
+        let renew_at = next_renewal.unwrap_or(deadline);
         tokio::select! {
             out = &mut fut => return out,
             () = tokio::time::sleep_until(deadline) => {
@@ -70,17 +78,17 @@ async fn supervise(
                 let Some((lease, every)) = renewal else { continue };
                 match renew(engine, &job.id, lease).await {
                     Ok(true) => {
-                        lease_valid_until = Some(Instant::now() + lease);
-                        next_renewal = Some(tokio::time::Instant::now() + every);
+                        lease_valid_until = Some(time::instant_after(lease));
+                        next_renewal = Some(time::instant_after(every));
                     }
                     Ok(false) => {
                         handle.abort(AbortReason::LeaseLost);
                     }
-                    Err(()) if lease_valid_until.is_some_and(|t| Instant::now() >= t) => {
+                    Err(()) if lease_valid_until.is_some_and(|t| tokio::time::Instant::now() >= t) => {
                         handle.abort(AbortReason::LeaseLost);
                     }
                     Err(()) => {
-                        next_renewal = Some(tokio::time::Instant::now() + (every / 4).max(Duration::from_millis(10)));
+                        next_renewal = Some(time::instant_after((every / 4).max(Duration::from_millis(10))));
                     }
                 }
             }
@@ -104,15 +112,8 @@ pub(crate) async fn run_job(
     handle: RunHandle,
 ) {
     let started = Instant::now();
-    let event = |outcome, error: Option<String>, duration| LifecycleEvent {
-        job_id: job.id.clone(),
-        job_type: job.job_type.clone(),
-        scope: job.scope.clone(),
-        outcome,
-        attempts: job.attempts,
-        error,
-        duration,
-    };
+    let event =
+        |outcome, error: Option<String>, duration| run_event(&job, outcome, error, duration);
     engine
         .queue
         .emit(event(LifecycleOutcome::Started, None, None));
@@ -126,7 +127,7 @@ pub(crate) async fn run_job(
         scope: job.scope.clone(),
         schedule_id: job.schedule_id.clone(),
         parent_id: job.parent_id.clone(),
-        deadline: crate::time::after(Utc::now(), timeout),
+        deadline: time::after(Utc::now(), timeout),
     };
     let ctx = JobContext {
         cancel: handle.token.clone(),
@@ -134,12 +135,14 @@ pub(crate) async fn run_job(
             queue: engine.queue.clone(),
             worker_id: engine.opts.worker_id.clone(),
             job_id: job.id.clone(),
+            job_type: job.job_type.clone(),
             may_enqueue: entry.settings.may_enqueue.clone(),
+            bounds: entry.settings.enqueue_bounds.clone(),
         }),
     };
     let fut = entry.handler.handle(run, ctx);
-    let deadline = tokio::time::Instant::now() + timeout;
-    let outcome = supervise(&engine, &entry, &job, &handle, fut, deadline).await;
+    let deadline = time::instant_after(timeout);
+    let outcome = admit(supervise(&engine, &entry, &job, &handle, fut, deadline).await);
     engine.queue.inflight().remove(&job.id);
     let duration = started.elapsed();
     let worker_id = engine.opts.worker_id.clone();
@@ -208,45 +211,80 @@ pub(crate) async fn run_job(
             if consumes && job.attempts >= job.max_attempts {
                 fail(&engine, &job, message, (None, None), duration).await;
             } else {
-                let attempts_for_backoff = if consumes {
-                    job.attempts
-                } else {
-                    job.attempts.max(1)
-                };
-                let delay = retry_delay(
-                    attempts_for_backoff,
-                    engine.opts.base_backoff,
-                    engine.opts.max_backoff,
-                    retry_after,
-                );
-                let params = RetryParams {
-                    worker_id,
-                    id: job.id.clone(),
-                    delay,
-                    error: message.clone(),
-                    consumes_attempt: consumes,
-                };
-                match engine.store.retry(params).await {
-                    Ok(true) => engine.queue.emit(event(
-                        LifecycleOutcome::RetryScheduled,
-                        Some(message),
-                        Some(duration),
-                    )),
-                    Ok(false) => {
-                        tracing::warn!(job_id = %job.id, "retry rejected: the lease was lost or the job was cancelled")
-                    }
-                    Err(e) => {
-                        tracing::error!(job_id = %job.id, error = %e, "retry write failed; the job is recovered after its lease")
-                    }
-                }
+                retry(&engine, &job, message, retry_after, consumes, duration).await;
             }
         }
     }
     engine.free_slot(&job.job_type);
 }
 
+/// The lifecycle event of `job`'s run.
+fn run_event(
+    job: &Job,
+    outcome: LifecycleOutcome,
+    error: Option<String>,
+    duration: Option<Duration>,
+) -> LifecycleEvent {
+    LifecycleEvent {
+        job_id: job.id.clone(),
+        job_type: job.job_type.clone(),
+        scope: job.scope.clone(),
+        outcome,
+        attempts: job.attempts,
+        error,
+        duration,
+    }
+}
+
+/// Puts the run's job back to `pending` after its backoff.
+pub(super) async fn retry(
+    engine: &Engine,
+    job: &Job,
+    message: String,
+    retry_after: Option<Duration>,
+    consumes_attempt: bool,
+    duration: Duration,
+) {
+    let attempts_for_backoff = if consumes_attempt {
+        job.attempts
+    } else {
+        job.attempts.max(1)
+    };
+    let delay = retry_delay(
+        attempts_for_backoff,
+        engine.opts.base_backoff,
+        engine.opts.max_backoff,
+        retry_after,
+    );
+    let params = RetryParams {
+        worker_id: engine.opts.worker_id.clone(),
+        id: job.id.clone(),
+        delay,
+        error: message.clone(),
+        consumes_attempt,
+    };
+    match engine.store.retry(params).await {
+        Ok(true) => engine.queue.emit(run_event(
+            job,
+            LifecycleOutcome::RetryScheduled,
+            Some(message),
+            Some(duration),
+        )),
+        Ok(false) => {
+            tracing::warn!(job_id = %job.id, "retry rejected: the lease was lost or the job was cancelled")
+        }
+        Err(e) if is_refusal(&e) => {
+            let run = run_event(job, LifecycleOutcome::RetryScheduled, None, Some(duration));
+            fail_unstorable(engine, "retry", &e, run).await;
+        }
+        Err(e) => {
+            tracing::error!(job_id = %job.id, error = %e, "retry write failed; the job is recovered after its lease")
+        }
+    }
+}
+
 /// Marks the run failed; `coded` is the handler's (code, details), if any.
-async fn fail(
+pub(super) async fn fail(
     engine: &Engine,
     job: &Job,
     message: String,
@@ -262,17 +300,18 @@ async fn fail(
         details,
     };
     match engine.store.fail(params).await {
-        Ok(true) => engine.queue.emit(LifecycleEvent {
-            job_id: job.id.clone(),
-            job_type: job.job_type.clone(),
-            scope: job.scope.clone(),
-            outcome: LifecycleOutcome::FailedTerminal,
-            attempts: job.attempts,
-            error: Some(message),
-            duration: Some(duration),
-        }),
+        Ok(true) => engine.queue.emit(run_event(
+            job,
+            LifecycleOutcome::FailedTerminal,
+            Some(message),
+            Some(duration),
+        )),
         Ok(false) => {
             tracing::warn!(job_id = %job.id, "failure write rejected: the lease was lost or the job was cancelled")
+        }
+        Err(e) if is_refusal(&e) => {
+            let run = run_event(job, LifecycleOutcome::FailedTerminal, None, Some(duration));
+            fail_unstorable(engine, "failure", &e, run).await;
         }
         Err(e) => {
             tracing::error!(job_id = %job.id, error = %e, "failure write failed; the job is recovered after its lease")

@@ -1,28 +1,113 @@
 //! [`JobServices`] for one run: progress (fenced on this worker's lease),
-//! follow-up enqueue restricted to the handler's `may_enqueue` list, and the
-//! run's children (flows).
+//! follow-up enqueue, and the run's children (flows). This is the one place
+//! that decides what a running job may ask of the queue; the sandbox only
+//! forwards its guest's calls here.
+//!
+//! Rules for an enqueue from a running job:
+//! - its type must be listed, exactly, in the handler's `may_enqueue`
+//!   (there is no wildcard);
+//! - priority, `max_attempts` and delay must lie within the handler's
+//!   [`EnqueueBounds`] (manifest `[limits]`), else the call is refused;
+//!   without a priority the job gets 0, or the nearest bound when 0 is
+//!   outside them;
+//! - every field passes the producers' validation ([`Queue::prepare`]);
+//! - a dedupe key is namespaced by the enqueuing job's type (see
+//!   [`guest_dedupe_key`]), so a guest can only ever collide with keys of
+//!   its own handler, never with a producer's.
+//!
+//! Progress must be JSON text of at most `MAX_JSON_BYTES`.
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
+use super::handler_output::MAX_JSON_BYTES;
+use crate::bounds::EnqueueBounds;
 use crate::handler::{ChildJobRequest, ChildSummary, JobServices, ServiceError};
 use crate::job::{JobFilter, NewJob};
 use crate::queue::{Queue, QueueError};
+use crate::validate::RESERVED_DEDUPE_PREFIX;
 
 pub(crate) struct RunServices {
     pub queue: Queue,
     pub worker_id: String,
     pub job_id: String,
+    /// The type of the running job (the dedupe namespace of its enqueues).
+    pub job_type: String,
     pub may_enqueue: Vec<String>,
+    pub bounds: EnqueueBounds,
 }
 
 /// Most children listed for one parent.
 const MAX_CHILDREN: u32 = 10_000;
 
+/// The dedupe key stored for `key` given by a job of `enqueuing_type`:
+/// `boxcar:from:<enqueuing type>/<key>`, with `%` and `/` in the type
+/// written `%25` and `%2F` so the first `/` always ends the type. Producers
+/// cannot use keys that begin with `boxcar:` (refused at enqueue), so no
+/// producer key can equal one of these. Use it to cancel a guest's jobs by
+/// dedupe key.
+pub fn guest_dedupe_key(enqueuing_type: &str, key: &str) -> String {
+    let namespace = enqueuing_type.replace('%', "%25").replace('/', "%2F");
+    format!("{RESERVED_DEDUPE_PREFIX}from:{namespace}/{key}")
+}
+
+impl RunServices {
+    /// The request as a producer's job, or why it is outside the bounds.
+    fn bounded_job(&self, request: ChildJobRequest) -> Result<NewJob, ServiceError> {
+        let bounds = &self.bounds;
+        let (low, high) = (*bounds.priority.start(), *bounds.priority.end());
+        let priority = match request.priority {
+            None => 0.clamp(low, high),
+            Some(p) if bounds.priority.contains(&p) => p,
+            Some(p) => {
+                return Err(ServiceError::Invalid(format!(
+                    "priority {p} is outside [{low}, {high}], the priorities this handler may give (limits.enqueue_priority in its manifest)"
+                )))
+            }
+        };
+        if let Some(n) = request.max_attempts.filter(|n| *n > bounds.max_attempts) {
+            return Err(ServiceError::Invalid(format!(
+                "max_attempts {n} is more than {}, the most this handler may give (limits.enqueue_max_attempts in its manifest)",
+                bounds.max_attempts
+            )));
+        }
+        if let Some(delay) = request.delay.filter(|d| *d > bounds.max_delay) {
+            return Err(ServiceError::Invalid(format!(
+                "a delay of {} ms is longer than {} ms, the longest this handler may give (limits.enqueue_max_delay in its manifest)",
+                delay.as_millis(),
+                bounds.max_delay.as_millis()
+            )));
+        }
+        Ok(NewJob {
+            job_type: request.job_type,
+            payload: request.payload,
+            scope: request.scope,
+            dedupe_key: request.dedupe_key,
+            max_attempts: request.max_attempts,
+            delay: request.delay,
+            priority,
+            ..NewJob::default()
+        })
+    }
+}
+
+fn queue_error(e: QueueError) -> ServiceError {
+    match e {
+        QueueError::Enqueue(e) => ServiceError::Invalid(e.to_string()),
+        QueueError::Store(e) => ServiceError::Host(e.to_string()),
+    }
+}
+
 impl JobServices for RunServices {
     fn progress(&self, json: String) -> BoxFuture<'_, Result<(), ServiceError>> {
         async move {
-            if serde_json::from_str::<serde_json::Value>(&json).is_err() {
+            if json.len() > MAX_JSON_BYTES {
+                return Err(ServiceError::Invalid(format!(
+                    "progress of {} bytes is over the {MAX_JSON_BYTES}-byte limit",
+                    json.len()
+                )));
+            }
+            if serde_json::from_str::<serde::de::IgnoredAny>(&json).is_err() {
                 return Err(ServiceError::Invalid("progress must be JSON text".into()));
             }
             self.queue
@@ -37,28 +122,22 @@ impl JobServices for RunServices {
 
     fn enqueue(&self, request: ChildJobRequest) -> BoxFuture<'_, Result<String, ServiceError>> {
         async move {
-            let allowed = self
-                .may_enqueue
-                .iter()
-                .any(|t| t == "*" || *t == request.job_type);
-            if !allowed {
+            if !self.may_enqueue.contains(&request.job_type) {
                 return Err(ServiceError::NotAllowed(request.job_type));
             }
-            let job = NewJob {
-                job_type: request.job_type,
-                payload: request.payload,
-                scope: request.scope,
-                dedupe_key: request.dedupe_key,
-                max_attempts: request.max_attempts,
-                delay: request.delay,
-                priority: request.priority.unwrap_or(0),
-                ..NewJob::default()
-            };
-            match self.queue.add(job).await {
-                Ok(r) => Ok(r.id),
-                Err(QueueError::Enqueue(e)) => Err(ServiceError::Invalid(e.to_string())),
-                Err(QueueError::Store(e)) => Err(ServiceError::Host(e.to_string())),
-            }
+            let job = self.bounded_job(request)?;
+            let mut prepared = self.queue.prepare(job).map_err(|e| queue_error(e.into()))?;
+            prepared.dedupe_key = prepared
+                .dedupe_key
+                .map(|key| guest_dedupe_key(&self.job_type, &key));
+            let mut added = self
+                .queue
+                .add_prepared(vec![prepared])
+                .await
+                .map_err(queue_error)?;
+            added.pop().map(|r| r.id).ok_or_else(|| {
+                ServiceError::Host("the store returned no row for the insert".into())
+            })
         }
         .boxed()
     }
@@ -87,5 +166,20 @@ impl JobServices for RunServices {
                 .collect())
         }
         .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::guest_dedupe_key;
+
+    #[test]
+    fn guest_keys_are_namespaced_unambiguously() {
+        assert_eq!(
+            guest_dedupe_key("article.extract", "a/b"),
+            "boxcar:from:article.extract/a/b"
+        );
+        assert_ne!(guest_dedupe_key("a", "b/c"), guest_dedupe_key("a/b", "c"));
+        assert_eq!(guest_dedupe_key("50%/x", "k"), "boxcar:from:50%25%2Fx/k");
     }
 }

@@ -1,12 +1,15 @@
 //! The one integration test binary of boxcar-queue.
 #![allow(clippy::unwrap_used)]
 
+#[macro_use]
+mod support;
+
 mod admin;
+mod boundary;
 mod conformance;
 mod engine;
 mod fairness;
 mod migrate;
 mod multiprocess;
 mod schedules;
-mod support;
 mod traced;

@@ -166,27 +166,3 @@ async fn enqueue_flood_is_cut_off_at_max_enqueues() {
     );
     assert_eq!(recorder.enqueued.lock().expect("lock").len(), 10);
 }
-
-#[tokio::test]
-async fn enqueue_of_a_type_not_granted_is_refused() {
-    let flood = load("enqueue-flood");
-    let (ctx, recorder) = new_ctx();
-    let outcome = flood
-        .run(
-            job(
-                "enqueue-flood",
-                r#"{"job_type":"secret-admin"}"#,
-                Duration::from_secs(10),
-            ),
-            ctx,
-        )
-        .await;
-    let Outcome::Succeeded {
-        result: Some(result),
-    } = outcome
-    else {
-        panic!("expected success, got {outcome:?}");
-    };
-    assert!(result.contains("NotAllowed"), "{result}");
-    assert!(recorder.enqueued.lock().expect("lock").is_empty());
-}

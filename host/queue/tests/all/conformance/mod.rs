@@ -11,30 +11,6 @@ use boxcar_queue::store::ClaimParams;
 use boxcar_queue::{ClaimGuards, NewJob, Queue};
 use serde_json::json;
 
-/// One `#[tokio::test]` per backend for each named check (an `async fn
-/// (&Fixture)` of the enclosing module): a module per check with the tests
-/// `memory`, `sqlite` and `postgres`, each on a fresh database.
-macro_rules! backends {
-    ($($check:ident),+ $(,)?) => {$(
-        mod $check {
-            backends!(@test $check, memory, Memory);
-            backends!(@test $check, sqlite, Sqlite);
-            backends!(@test $check, postgres, Postgres);
-        }
-    )+};
-    (@test $check:ident, $name:ident, $backend:ident) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn $name() {
-            let backend = crate::support::Backend::$backend;
-            let Some(fx) = crate::support::Fixture::new(backend).await else {
-                return;
-            };
-            super::$check(&fx).await;
-            fx.finish().await;
-        }
-    };
-}
-
 mod admin;
 mod claim;
 mod enqueue;
