@@ -26,6 +26,7 @@ use tokio::time::Instant;
 use super::{run, Engine};
 use crate::guards::Blocker;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
+use crate::registry::HandlerSettings;
 use crate::store::{ClaimParams, StoreEvent};
 
 const WARN_EVERY: Duration = Duration::from_secs(60);
@@ -59,6 +60,15 @@ impl Rounds {
 }
 
 /// Claims once for every type; returns whether the store failed.
+/// The lease a claim asks for: the handler's `lease_duration`, else its
+/// timeout plus the worker's lease grace (saturating: both are bounded where
+/// they are set, but a sum never panics the dispatcher).
+fn lease_for(settings: &HandlerSettings, lease_grace: Duration) -> Duration {
+    settings
+        .lease_duration
+        .unwrap_or_else(|| settings.timeout.saturating_add(lease_grace))
+}
+
 async fn claim_round(engine: &Arc<Engine>, rounds: &mut Rounds) -> bool {
     rounds.round += 1;
     let types = rounds.order(engine.registry.types());
@@ -78,10 +88,7 @@ async fn claim_round(engine: &Arc<Engine>, rounds: &mut Rounds) -> bool {
         if free == 0 {
             continue;
         }
-        let lease = entry
-            .settings
-            .lease_duration
-            .unwrap_or(entry.settings.timeout + engine.opts.lease_grace);
+        let lease = lease_for(&entry.settings, engine.opts.lease_grace);
         let params = ClaimParams {
             worker_id: engine.opts.worker_id.clone(),
             job_type: job_type.clone(),
@@ -178,5 +185,24 @@ pub(crate) async fn run(engine: Arc<Engine>) {
                 },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lease_is_timeout_plus_grace_and_saturates() {
+        let grace = Duration::from_secs(30);
+        let mut settings = HandlerSettings {
+            timeout: Duration::from_secs(60),
+            ..HandlerSettings::default()
+        };
+        assert_eq!(lease_for(&settings, grace), Duration::from_secs(90));
+        settings.timeout = Duration::MAX;
+        assert_eq!(lease_for(&settings, grace), Duration::MAX);
+        settings.lease_duration = Some(Duration::from_secs(5));
+        assert_eq!(lease_for(&settings, grace), Duration::from_secs(5));
     }
 }
