@@ -133,6 +133,135 @@ async fn postgres_enqueue_in_callers_transaction_and_sql_function() {
     fx.finish().await;
 }
 
+/// The SQL function refuses the identifiers `Queue::add` refuses (control
+/// characters, over-long names and keys, the host's reserved `boxcar:`
+/// dedupe prefix), with a clear error and nothing inserted; keys at the
+/// limits are accepted.
+#[tokio::test]
+async fn postgres_sql_function_applies_the_identifier_rules() {
+    let Some(fx) = Fixture::new(Backend::Postgres).await else {
+        return;
+    };
+    let pg: &Arc<PostgresStore> = fx.postgres().unwrap();
+    let pool = pg.pool().clone();
+    let schema = pg.schema().to_string();
+    let q = fx.queue();
+    let long_name = "t".repeat(256);
+    let long_key = "k".repeat(1025);
+    // (job_type, scope_type, scope_id, dedupe_key, what the error says)
+    type Case<'a> = (
+        &'a str,
+        Option<&'a str>,
+        Option<&'a str>,
+        Option<&'a str>,
+        &'a str,
+    );
+    let refused: Vec<Case> = vec![
+        ("bad\ntype", None, None, None, "control character"),
+        ("bad\u{1b}[2Jtype", None, None, None, "control character"),
+        ("bad\u{85}type", None, None, None, "control character"),
+        (&long_name, None, None, None, "over the 255-byte limit"),
+        ("ok", Some("tenant\r"), Some("1"), None, "control character"),
+        (
+            "ok",
+            Some("tenant"),
+            Some("1\u{7}"),
+            None,
+            "control character",
+        ),
+        ("ok", None, None, Some("key\u{1b}"), "control character"),
+        (
+            "ok",
+            Some(&long_name),
+            Some("1"),
+            None,
+            "over the 255-byte limit",
+        ),
+        (
+            "ok",
+            Some("tenant"),
+            Some(&long_key),
+            None,
+            "over the 1024-byte limit",
+        ),
+        (
+            "ok",
+            None,
+            None,
+            Some(&long_key),
+            "over the 1024-byte limit",
+        ),
+        (
+            "ok",
+            None,
+            None,
+            Some("boxcar:from:parent/k"),
+            "reserved for the host",
+        ),
+        ("   ", None, None, None, "must be non-empty"),
+    ];
+    for (job_type, scope_type, scope_id, dedupe_key, says) in refused {
+        let error = sqlx::query(&format!(
+            "SELECT * FROM {schema}.add_job($1, '{{}}'::jsonb, \
+             scope_type => $2, scope_id => $3, dedupe_key => $4)"
+        ))
+        .bind(job_type)
+        .bind(scope_type)
+        .bind(scope_id)
+        .bind(dedupe_key)
+        .fetch_one(&pool)
+        .await
+        .expect_err("refused by add_job");
+        let message = error.to_string();
+        assert!(message.contains(says), "{job_type:?}: {message}");
+        assert!(
+            !message.chars().any(|c| c.is_control()),
+            "the error does not echo control characters: {message:?}"
+        );
+        let mut job = NewJob::new(job_type, &json!({}));
+        if let (Some(t), Some(i)) = (scope_type, scope_id) {
+            job = job.scope(boxcar_queue::Scope::new(t, i));
+        }
+        if let Some(k) = dedupe_key {
+            job = job.dedupe_key(k);
+        }
+        assert!(
+            q.add(job).await.is_err(),
+            "Queue::add refuses it too: {message}"
+        );
+    }
+    let total: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {schema}.jobs"))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(total, 0, "nothing was inserted");
+
+    let at_limit = "k".repeat(1024);
+    let (id, deduplicated): (String, bool) = sqlx::query_as(&format!(
+        "SELECT id, deduplicated FROM {schema}.add_job($1, '{{}}'::jsonb, \
+         scope_type => $1, scope_id => $2, dedupe_key => $2)"
+    ))
+    .bind("t".repeat(255))
+    .bind(&at_limit)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(!deduplicated);
+    let job = q.get(&id).await.unwrap().unwrap();
+    assert_eq!(job.dedupe_key.as_deref(), Some(at_limit.as_str()));
+    let (_, deduplicated): (String, bool) = sqlx::query_as(&format!(
+        "SELECT id, deduplicated FROM {schema}.add_job('ok', '{{}}'::jsonb, dedupe_key => 'Boxcar:mine é')"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert!(
+        !deduplicated,
+        "printable keys outside the reserved prefix are fine"
+    );
+    fx.finish().await;
+}
+
 #[test]
 fn every_invalid_option_is_named() {
     let base = WorkerOptions::default;
