@@ -1,4 +1,4 @@
-//! Pool visibility (issue 5): `boxcar counts` shows each pool's occupancy
+//! Pool visibility: `boxcar counts` shows each pool's occupancy
 //! and budget left, and `boxcar job ID` says what keeps a due job waiting.
 
 use std::time::Duration;

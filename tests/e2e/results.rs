@@ -1,4 +1,4 @@
-//! Results and errors that cross the hop (SPEC §9): typed declarations
+//! Results and errors that cross the hop: typed declarations
 //! shared by a Rust producer and a Rust guest, terminal error codes and
 //! details seen by every kind of waiter, expiry before the first start, and
 //! progress visible while a job runs.

@@ -1,4 +1,4 @@
-//! Recurring schedules end to end (SPEC §8): three hosts on one database
+//! Recurring schedules end to end: three hosts on one database
 //! enqueue one job per tick, a host down across several ticks runs one
 //! catch-up job, edits in `boxcar.toml` update a schedule in place and
 //! removals delete it, invalid declarations are named `<id>: <reason>`.

@@ -3,7 +3,7 @@
 //!
 //! Times are RFC 3339 with milliseconds in UTC. `result` and `progress` are
 //! embedded as JSON values, not strings. The payload is deliberately absent:
-//! it may hold secrets (SPEC §14).
+//! it may hold secrets, and nothing a user sees or an API returns shows it.
 
 use boxcar_queue::{schedule::ScheduleRecord, HandlerEvent, Job, Scope};
 use chrono::{DateTime, SecondsFormat, Utc};

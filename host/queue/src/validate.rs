@@ -1,5 +1,11 @@
-//! Enqueue validation (SPEC §2): every rule is a distinct [`EnqueueError`]
-//! variant naming the job type and the category of the problem.
+//! Enqueue validation, once, before anything is stored: a job has a
+//! non-blank type; its payload is a JSON object within the size and depth
+//! limits, with finite numbers (and matches its type's schema when one is
+//! set); `max_attempts` is positive; a delay or TTL is at most about 100
+//! years and `run_at` / `expires_at` fall in the years 1970..=9999; scope
+//! parts and a dedupe key are non-empty identifiers (below). Every rule is a
+//! distinct [`EnqueueError`] variant naming the job type and the category
+//! of the problem.
 //!
 //! Invariant: no message built here contains payload text or payload values;
 //! payload problems are described by category and, for schema failures, by

@@ -1,4 +1,4 @@
-//! Capabilities (issue 7): outbound HTTP under an allow-list against local
+//! Capabilities: outbound HTTP under an allow-list against local
 //! test servers, preopened directories (no escapes, read-only holds), the
 //! per-job scratch directory and the environment.
 
