@@ -107,6 +107,7 @@ struct RawSandbox {
     cache_dir: Option<PathBuf>,
     fuel: Option<bool>,
     keep_resident: Option<ByteSize>,
+    scratch_mode: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +137,8 @@ pub struct SandboxSettings {
     /// Per pool slot, bytes of linear memory reset in place between jobs
     /// (`None`: the sandbox default).
     pub keep_resident: Option<usize>,
+    /// How scratch caps are enforced (`auto`, `tmpfs`, `directory`).
+    pub scratch_mode: boxcar_sandbox::ScratchMode,
 }
 
 /// A resolved, validated configuration.
@@ -258,6 +261,15 @@ impl Config {
                         "invalid option `sandbox.keep_resident`: {bytes} bytes is more than 1GiB"
                     )))
                 }
+            },
+            scratch_mode: match raw.sandbox.scratch_mode.as_deref() {
+                None => boxcar_sandbox::ScratchMode::Auto,
+                Some(mode) => mode.parse().map_err(|_| {
+                    invalid(format!(
+                        "invalid option `sandbox.scratch_mode`: `{}` is not `auto`, `tmpfs` or `directory`",
+                        mode.escape_debug()
+                    ))
+                })?,
             },
         };
         if sandbox.epoch_tick.is_zero() {
@@ -460,6 +472,15 @@ mod tests {
         assert_eq!(config.queue.default_max_attempts, 3);
         assert!(config.worker.retention.is_none());
         assert!(config.sandbox.pooling);
+        assert_eq!(
+            config.sandbox.scratch_mode,
+            boxcar_sandbox::ScratchMode::Auto
+        );
+        let config = parse("[sandbox]\nscratch_mode = \"directory\"\n").expect("valid");
+        assert_eq!(
+            config.sandbox.scratch_mode,
+            boxcar_sandbox::ScratchMode::Directory
+        );
     }
 
     #[test]
@@ -500,6 +521,10 @@ mod tests {
             (
                 "[sandbox]\nkeep_resident = \"2GiB\"\n",
                 "sandbox.keep_resident",
+            ),
+            (
+                "[sandbox]\nscratch_mode = \"zfs\"\n",
+                "sandbox.scratch_mode",
             ),
             ("token = \"short\"\n", "token"),
             (

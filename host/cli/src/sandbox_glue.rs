@@ -46,6 +46,7 @@ pub fn sandbox_config(settings: &SandboxSettings) -> SandboxConfig {
         memory_keep_resident: settings
             .keep_resident
             .unwrap_or(SandboxConfig::default().memory_keep_resident),
+        scratch_mode: settings.scratch_mode,
         ..SandboxConfig::default()
     }
 }

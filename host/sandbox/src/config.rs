@@ -51,10 +51,13 @@ pub struct SandboxConfig {
     /// running wasm are stopped by the epoch check regardless. Default 0.
     pub abandon_grace: Duration,
     /// Where per-job scratch directories (`Capabilities::scratch`) are
-    /// created, one fresh sub-directory per job, removed after it. Must be
+    /// created, one fresh sub-directory (or tmpfs mount point) per job,
+    /// removed after it. Created when the sandbox is built. Must be
     /// writable by the host and by nobody else. `None` is
     /// `$TMPDIR/boxcar-scratch`.
     pub scratch_dir: Option<PathBuf>,
+    /// How the scratch size cap is enforced. Default [`ScratchMode::Auto`].
+    pub scratch_mode: ScratchMode,
     /// Epoch interruption. Always on in production: turning it off removes
     /// deadline and cancel enforcement for running wasm. Exists only so the
     /// benchmark can measure its cost.
@@ -75,7 +78,53 @@ impl Default for SandboxConfig {
             fuel: false,
             abandon_grace: Duration::ZERO,
             scratch_dir: None,
+            scratch_mode: ScratchMode::Auto,
             epoch_interruption: true,
+        }
+    }
+}
+
+/// How per-job scratch directories are capped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScratchMode {
+    /// `Tmpfs` when this host may mount (tried once, when the sandbox is
+    /// built), else `Directory`.
+    #[default]
+    Auto,
+    /// Each job's scratch is its own tmpfs of the cap's size: the kernel
+    /// refuses writes past it (the guest gets `ENOSPC`). Needs
+    /// `CAP_SYS_ADMIN`; building the sandbox fails without it. Scratch data
+    /// then lives in memory (and swap).
+    Tmpfs,
+    /// A plain directory under `scratch_dir`, measured every 10 ms and when
+    /// the job ends; a guest can write past the cap for up to one interval
+    /// before it is stopped.
+    Directory,
+}
+
+impl ScratchMode {
+    /// `auto`, `tmpfs` or `directory`, as in the configuration file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Tmpfs => "tmpfs",
+            Self::Directory => "directory",
+        }
+    }
+}
+
+impl std::str::FromStr for ScratchMode {
+    type Err = SandboxError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "tmpfs" => Ok(Self::Tmpfs),
+            "directory" => Ok(Self::Directory),
+            other => Err(SandboxError::Config(format!(
+                "scratch_mode: `{}` is not one of `auto`, `tmpfs`, `directory`",
+                other.escape_debug()
+            ))),
         }
     }
 }
@@ -226,7 +275,9 @@ pub struct Capabilities {
     /// Host directories preopened in the guest.
     pub dirs: Vec<DirGrant>,
     /// Size cap, in bytes, of a fresh per-job scratch directory the guest
-    /// sees at `/tmp`; `None` grants none.
+    /// sees at `/tmp`; `None` grants none. Enforced as
+    /// [`SandboxConfig::scratch_mode`] says; it also bounds the entries (one
+    /// per 4 KiB of the cap).
     pub scratch: Option<u64>,
     /// The guest's entire environment. Values may be secrets: never logged.
     pub env: BTreeMap<String, String>,

@@ -31,9 +31,10 @@ use crate::{
     bindings::{Handler as HandlerWorld, HandlerPre},
     cache,
     run::LoadedHandler,
+    scratch,
     state::HostState,
     ticker::Ticker,
-    Capabilities, HandlerLimits, SandboxConfig, SandboxError,
+    Capabilities, HandlerLimits, SandboxConfig, SandboxError, ScratchMode,
 };
 
 /// Engine state shared by the sandbox and its loaded handlers.
@@ -41,6 +42,8 @@ pub(crate) struct Shared {
     pub(crate) engine: Engine,
     pub(crate) linker: Linker<HostState>,
     pub(crate) config: SandboxConfig,
+    scratch_root: PathBuf,
+    pub(crate) scratch_kind: scratch::Kind,
     engine_key: String,
     compiles: AtomicU64,
     cache_hits: AtomicU64,
@@ -50,10 +53,7 @@ pub(crate) struct Shared {
 impl Shared {
     /// The directory per-job scratch directories are created in.
     pub(crate) fn scratch_base(&self) -> PathBuf {
-        self.config
-            .scratch_dir
-            .clone()
-            .unwrap_or_else(|| std::env::temp_dir().join("boxcar-scratch"))
+        self.scratch_root.clone()
     }
 }
 
@@ -92,13 +92,23 @@ pub struct LoadReport {
 }
 
 impl Sandbox {
-    /// Validates `config`, builds the engine and linker, starts the ticker.
+    /// Validates `config`, creates the scratch root and resolves
+    /// [`ScratchMode::Auto`] (by mounting a tiny tmpfs once), builds the
+    /// engine and linker, starts the ticker.
     ///
     /// # Errors
-    /// [`SandboxError::Config`] for an invalid field, [`SandboxError::Engine`]
+    /// [`SandboxError::Config`] for an invalid field or when
+    /// [`ScratchMode::Tmpfs`] cannot mount, [`SandboxError::Engine`]
     /// when wasmtime refuses the settings (e.g. the pool cannot be reserved).
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         config.validate()?;
+        let (scratch_root, scratch_kind) = scratch::resolve(
+            config
+                .scratch_dir
+                .clone()
+                .unwrap_or_else(|| std::env::temp_dir().join("boxcar-scratch")),
+            config.scratch_mode,
+        )?;
         let engine_err = |e: wasmtime::Error| SandboxError::Engine(format!("{e:#}"));
         let mut wc = wasmtime::Config::new();
         wc.wasm_component_model(true)
@@ -147,6 +157,8 @@ impl Sandbox {
                 engine,
                 linker,
                 config,
+                scratch_root,
+                scratch_kind,
                 compiles: AtomicU64::new(0),
                 cache_hits: AtomicU64::new(0),
                 _ticker: ticker,
@@ -162,6 +174,13 @@ impl Sandbox {
     /// The directory per-job scratch directories are created in.
     pub fn scratch_root(&self) -> PathBuf {
         self.shared.scratch_base()
+    }
+
+    /// How scratch caps are enforced on this host: [`ScratchMode::Tmpfs`]
+    /// or [`ScratchMode::Directory`] (`Auto` is resolved when the sandbox
+    /// is built).
+    pub fn scratch_mode(&self) -> ScratchMode {
+        self.shared.scratch_kind.mode()
     }
 
     /// Components compiled from scratch since the sandbox was built.

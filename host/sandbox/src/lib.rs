@@ -28,12 +28,14 @@ mod host_impl;
 mod http;
 mod output;
 mod run;
+mod scratch;
 mod state;
 mod ticker;
+mod tree;
 
 pub use boxcar_queue::{LimitKind, Outcome};
 pub use config::{
-    Capabilities, DirGrant, DirMode, HandlerLimits, SandboxConfig, SCRATCH_GUEST_PATH,
+    Capabilities, DirGrant, DirMode, HandlerLimits, SandboxConfig, ScratchMode, SCRATCH_GUEST_PATH,
 };
 pub use engine::{LoadReport, Sandbox};
 pub use error::SandboxError;

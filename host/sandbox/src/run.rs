@@ -14,11 +14,12 @@
 //!   (`TimedOut`); a success that lands is kept.
 //! - Every ending is an [`Outcome`]; nothing here panics on guest input.
 //! - The WASI context holds exactly the granted env vars and directories;
-//!   a granted scratch directory is created empty for the job, watched for
-//!   its size cap while the job runs, and removed with the store.
+//!   a granted scratch directory is created empty for the job, held to its
+//!   size cap while the job runs and checked once more when the guest
+//!   answers (a guest over its cap never succeeds), and removed after the
+//!   store is dropped, however the job ended (see [`crate::scratch`]).
 
 use std::{
-    path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -36,15 +37,13 @@ use crate::{
     engine::{LoadReport, Shared},
     http::{HttpOrigin, HttpPolicy},
     output::{truncate, GuestOutput, LogLimitReached, LogSink},
+    scratch::Scratch,
     state::{HostState, Interrupt, LimitHit, Limiter},
     Capabilities, HandlerLimits,
 };
 
 /// Longest error message kept from a guest.
 const MAX_MESSAGE: usize = 8 << 10;
-
-/// How often a job's scratch directory is measured against its cap.
-const SCRATCH_POLL: Duration = Duration::from_millis(10);
 
 /// A compiled, linked handler version. Cheap to share; in-flight jobs keep
 /// it alive after a redeploy replaces it. Cloning is cheap (shared parts).
@@ -152,16 +151,15 @@ impl LoadedHandler {
                 );
             }
         }
+        // Declared before the store, so a dropped run drops the store (and
+        // the guest's open files) first.
         let scratch = match self.caps.scratch {
             None => None,
-            Some(cap) => match self.make_scratch(&mut wasi) {
-                Ok(dir) => Some((dir, cap)),
+            Some(cap) => match self.make_scratch(&mut wasi, cap) {
+                Ok(scratch) => Some(scratch),
                 Err(outcome) => return outcome,
             },
         };
-        let scratch_watch = scratch
-            .as_ref()
-            .map(|(dir, cap)| (dir.path().to_path_buf(), *cap));
         let state = HostState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
@@ -179,7 +177,6 @@ impl LoadedHandler {
                 deadline,
                 log: Arc::clone(&log),
             },
-            _scratch: scratch.map(|(dir, _)| dir),
         };
         let mut store = Store::new(&self.shared.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -201,17 +198,31 @@ impl LoadedHandler {
                 Ok(UpdateDeadline::Yield(1))
             });
         }
-        match scratch_watch {
-            None => self.drive(&mut store, job, &log, deadline).await,
-            Some((path, cap)) => tokio::select! {
-                biased;
-                outcome = self.drive(&mut store, job, &log, deadline) => outcome,
-                outcome = watch_scratch(path, cap) => {
-                    log.flush();
-                    outcome
-                }
-            },
+        let Some(active) = scratch.as_ref() else {
+            return self.drive(&mut store, job, &log, deadline).await;
+        };
+        let outcome = tokio::select! {
+            biased;
+            outcome = self.drive(&mut store, job, &log, deadline) => outcome,
+            outcome = active.watch() => {
+                log.flush();
+                outcome
+            }
+        };
+        // Measured while the guest's files are still open: a file it
+        // deleted but holds counts until the store goes.
+        let outcome = match outcome {
+            Outcome::Succeeded { .. }
+            | Outcome::Retryable { .. }
+            | Outcome::Terminal { .. }
+            | Outcome::Trapped { .. } => active.check().await.unwrap_or(outcome),
+            other => other,
+        };
+        drop(store);
+        if let Some(scratch) = scratch {
+            scratch.teardown().await;
         }
+        outcome
     }
 
     /// Instantiates and calls the handler in `store`.
@@ -241,20 +252,24 @@ impl LoadedHandler {
     }
 
     /// Creates the job's empty scratch directory and preopens it at `/tmp`.
-    fn make_scratch(&self, wasi: &mut WasiCtxBuilder) -> Result<tempfile::TempDir, Outcome> {
+    fn make_scratch(&self, wasi: &mut WasiCtxBuilder, cap: u64) -> Result<Scratch, Outcome> {
         let base = self.shared.scratch_base();
-        let dir = tempfile::Builder::new()
-            .prefix("job-")
-            .tempdir_in(&base)
-            .map_err(|e| Outcome::HostError {
+        let scratch = Scratch::create(&base, self.shared.scratch_kind, cap).map_err(|e| {
+            Outcome::HostError {
                 message: format!(
                     "creating the job's scratch directory in {}: {e}; check that it exists and is writable (SandboxConfig::scratch_dir)",
                     base.display()
                 ),
-            })?;
-        wasi.preopened_dir(dir.path(), SCRATCH_GUEST_PATH, FsPerms::ReadWrite)
+            }
+        })?;
+        let Some(path) = scratch.path() else {
+            return Err(Outcome::HostError {
+                message: "the job's scratch directory was removed before the job started".into(),
+            });
+        };
+        wasi.preopened_dir(path, SCRATCH_GUEST_PATH, FsPerms::ReadWrite)
             .map_err(|e| host_error("opening the job's scratch directory", &e))?;
-        Ok(dir)
+        Ok(scratch)
     }
 
     /// Maps the guest's own answer, enforcing result sizes.
@@ -342,53 +357,6 @@ fn classify(e: &wasmtime::Error, store: &mut Store<HostState>, doing: &str) -> O
         };
     }
     host_error(doing, e)
-}
-
-/// Resolves once the scratch directory at `path` holds more than `cap`
-/// bytes (see [`scratch_usage`]); polls every [`SCRATCH_POLL`].
-async fn watch_scratch(path: PathBuf, cap: u64) -> Outcome {
-    loop {
-        tokio::time::sleep(SCRATCH_POLL).await;
-        let dir = path.clone();
-        let used = tokio::task::spawn_blocking(move || scratch_usage(&dir))
-            .await
-            .unwrap_or(0);
-        if used > cap {
-            return Outcome::LimitExceeded {
-                which: LimitKind::Other,
-                detail: format!(
-                    "the job's scratch directory ({SCRATCH_GUEST_PATH}) held {used} bytes, more than capabilities.scratch ({cap} bytes)"
-                ),
-            };
-        }
-    }
-}
-
-/// Bytes charged to a scratch directory: the apparent length of every file
-/// (sparse files count in full) plus 4 KiB per directory entry of any kind
-/// (so creating many empty files also counts). Unreadable entries are
-/// skipped; symlinks are not followed.
-fn scratch_usage(root: &Path) -> u64 {
-    const ENTRY: u64 = 4096;
-    let mut used = 0u64;
-    let mut pending = vec![root.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            used = used.saturating_add(ENTRY);
-            let Ok(meta) = entry.path().symlink_metadata() else {
-                continue;
-            };
-            if meta.is_dir() {
-                pending.push(entry.path());
-            } else if meta.is_file() {
-                used = used.saturating_add(meta.len());
-            }
-        }
-    }
-    used
 }
 
 fn host_error(doing: &str, e: &wasmtime::Error) -> Outcome {

@@ -4,8 +4,7 @@
 //! it; its WASI context grants clocks and random, stdio to the job's
 //! [`LogSink`], and only what the handler's `Capabilities` name (env,
 //! preopened directories, scratch); `wasi:http` goes through the job's
-//! [`HttpPolicy`]. The scratch directory is owned here and removed when the
-//! store is dropped, however the job ended. Any bound a guest breaks is recorded in `violation` so the
+//! [`HttpPolicy`]. Any bound a guest breaks is recorded in `violation` so the
 //! run ends with that outcome rather than a generic trap.
 
 use std::{sync::Arc, time::Instant};
@@ -31,8 +30,6 @@ pub(crate) struct HostState {
     pub(crate) enqueues: u32,
     pub(crate) http: WasiHttpCtx,
     pub(crate) http_policy: HttpPolicy,
-    /// The job's scratch directory, removed on drop.
-    pub(crate) _scratch: Option<tempfile::TempDir>,
 }
 
 impl WasiHttpView for HostState {

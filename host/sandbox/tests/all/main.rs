@@ -10,4 +10,5 @@ mod hostile;
 mod http_server;
 mod loading;
 mod outcomes;
+mod scratch;
 mod timing;
