@@ -227,8 +227,12 @@ impl Scratch {
             Kind::Tmpfs => tmpfs_over(&inner.root, inner.cap),
             Kind::Directory => {
                 let _permit = WALK_PERMITS.acquire().await.ok();
-                let (root, path, dev, cap) =
-                    (Arc::clone(&inner.root), inner.path.clone(), inner.dev, inner.cap);
+                let (root, path, dev, cap) = (
+                    Arc::clone(&inner.root),
+                    inner.path.clone(),
+                    inner.dev,
+                    inner.cap,
+                );
                 tokio::task::spawn_blocking(move || directory_over(&root, &path, dev, cap))
                     .await
                     .unwrap_or_else(|e| Some(format!("measuring it failed: {e}")))

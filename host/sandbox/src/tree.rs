@@ -195,10 +195,7 @@ pub(crate) fn remove(path: &Path) -> io::Result<()> {
     // Levels from `open_from` to the top hold their descriptor.
     let mut open_from = 0usize;
     let mut rescans = 0u32;
-    loop {
-        let Some(top) = stack.last_mut() else {
-            break;
-        };
+    while let Some(top) = stack.last_mut() {
         let Some(dir) = top.dir.as_ref() else {
             return Err(io::Error::other("scratch removal lost its directory"));
         };

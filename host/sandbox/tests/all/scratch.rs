@@ -70,7 +70,11 @@ async fn attack(mode: ScratchMode, name: &str, payload: serde_json::Value) -> Op
     let (ctx, _) = new_ctx();
     let outcome = handler
         .run(
-            job("scratch-attack", &payload.to_string(), Duration::from_secs(60)),
+            job(
+                "scratch-attack",
+                &payload.to_string(),
+                Duration::from_secs(60),
+            ),
             ctx,
         )
         .await;
@@ -89,7 +93,10 @@ async fn attack(mode: ScratchMode, name: &str, payload: serde_json::Value) -> Op
         .expect("echo loads");
     let (ctx, _) = new_ctx();
     let after = echo
-        .run(job("echo", r#"{"still":"here"}"#, Duration::from_secs(10)), ctx)
+        .run(
+            job("echo", r#"{"still":"here"}"#, Duration::from_secs(10)),
+            ctx,
+        )
         .await;
     assert_eq!(
         after,
