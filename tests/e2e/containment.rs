@@ -129,7 +129,10 @@ fn a_hundred_attacks_among_a_thousand_echoes_leave_the_host_as_it_was() {
     let mut warm = Vec::new();
     for (i, attack) in attacks.iter().enumerate() {
         echoes.push(enqueue(&serve, "echo", &json!({ "warm": i })));
-        warm.push((attack, enqueue(&serve, &attack.name, &attack.payload(&fixture))));
+        warm.push((
+            attack,
+            enqueue(&serve, &attack.name, &attack.payload(&fixture)),
+        ));
     }
     if !drained(&serve, Duration::from_secs(60)) {
         failures.push("the warm-up round did not finish within 60s".to_string());
@@ -146,7 +149,10 @@ fn a_hundred_attacks_among_a_thousand_echoes_leave_the_host_as_it_was() {
         echoes.push(enqueue(&serve, "echo", &json!({ "i": i })));
         if i % (ECHOES / HOSTILE) == ECHOES / HOSTILE / 2 {
             let attack = &attacks[ran.len() % attacks.len()];
-            ran.push((attack, enqueue(&serve, &attack.name, &attack.payload(&fixture))));
+            ran.push((
+                attack,
+                enqueue(&serve, &attack.name, &attack.payload(&fixture)),
+            ));
         }
     }
     assert_eq!(ran.len(), HOSTILE);

@@ -188,7 +188,9 @@ pub fn parse(file: &Path, built: impl Fn(&str) -> bool) -> Result<Attack, String
 impl Attack {
     /// The payload with `{fixture}` filled in.
     pub fn payload(&self, fixture: &Path) -> Value {
-        let text = self.payload.replace("{fixture}", &fixture.display().to_string());
+        let text = self
+            .payload
+            .replace("{fixture}", &fixture.display().to_string());
         serde_json::from_str(&text).unwrap_or_else(|e| {
             panic!(
                 "{}: the payload is not JSON once {{fixture}} is filled in: {e}",
@@ -377,7 +379,11 @@ fn malformed_attack_files_are_refused_naming_the_file() {
             format!("{good}needs = [\"ghost\"]\n"),
             "guest `ghost`",
         ),
-        ("typo", format!("{good}expect_eror = \"x\"\n"), "expect_eror"),
+        (
+            "typo",
+            format!("{good}expect_eror = \"x\"\n"),
+            "expect_eror",
+        ),
         ("Upper", good.to_string(), "file name"),
     ];
     for (name, text, expected) in cases {
@@ -396,7 +402,9 @@ fn malformed_attack_files_are_refused_naming_the_file() {
     std::fs::write(&file, good).expect("write");
     let attack = parse(&file, |guest| guest == "echo").expect("a well-formed file");
     assert_eq!(attack.description, "d");
-    assert!(attack.check(&serde_json::json!({"status": "failed"})).is_err());
+    assert!(attack
+        .check(&serde_json::json!({"status": "failed"}))
+        .is_err());
     assert!(attack
         .check(&serde_json::json!({"status": "succeeded"}))
         .is_ok());
@@ -432,11 +440,7 @@ fn every_hostile_attack_ends_as_its_file_says() {
         .zip(&ids)
         .filter_map(|(attack, id)| attack.check(&env.json(&["job", id])).err())
         .collect();
-    eprintln!(
-        "{} attacks ran in {:?}",
-        attacks.len(),
-        started.elapsed()
-    );
+    eprintln!("{} attacks ran in {:?}", attacks.len(), started.elapsed());
     assert!(serve.is_running(), "the host died:\n{}", serve.output());
     let after = env.ok(&[
         "enqueue",
