@@ -10,7 +10,7 @@
 //! # what the attack does (the first line, a comment; used in reports)
 //! guest = "spin"                 # a built example guest
 //! payload = '{}'                 # the job's payload (JSON text)
-//! expect_status = "failed"       # pending, running, succeeded, failed or cancelled
+//! expect_status = "failed"       # succeeded, failed or cancelled
 //! expect_error = "timed out"     # optional: a substring of the job's last error
 //! expect_error_code = "…"        # optional: the job's error code, exactly
 //! expect_result = ['"a":1']      # optional: substrings of the compact JSON result
@@ -40,8 +40,8 @@ use crate::harness::{eventually, Env, Serve};
 /// The manifest of the `echo` handler every hostile host also serves.
 pub const ECHO: &str = "[handler]\njob_type = \"echo\"\ntimeout = \"10s\"\nconcurrency = 8\n";
 
-/// Job statuses boxcar reports.
-const STATUSES: [&str; 5] = ["pending", "running", "succeeded", "failed", "cancelled"];
+/// The final job statuses an attack may expect.
+const STATUSES: [&str; 3] = ["succeeded", "failed", "cancelled"];
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
