@@ -8,6 +8,10 @@ demo:
 test:
     DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} cargo test --workspace
 
+# The hostile-guest suite (tests/hostile/*.toml) and the containment soak.
+hostile:
+    cargo test -p boxcar --test e2e -- hostile:: containment::
+
 # Benchmarks: the sandbox bench and the queue workloads through the binary.
 bench:
     cargo bench -p boxcar-sandbox

@@ -196,6 +196,18 @@ impl Serve {
         );
     }
 
+    /// The process id, while it has not been killed or terminated.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is still running (it has not exited on its own).
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
     /// Kills the process with SIGKILL (no graceful shutdown).
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

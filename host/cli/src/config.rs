@@ -105,6 +105,7 @@ struct RawSandbox {
     epoch_tick: Option<HumanDuration>,
     pooling: Option<bool>,
     cache_dir: Option<PathBuf>,
+    scratch_dir: Option<PathBuf>,
     fuel: Option<bool>,
     keep_resident: Option<ByteSize>,
     scratch_mode: Option<String>,
@@ -132,6 +133,9 @@ pub struct SandboxSettings {
     pub pooling: bool,
     /// On-disk compilation cache; `None` uses the default location.
     pub cache_dir: Option<PathBuf>,
+    /// Where per-job scratch directories are made; `None` uses
+    /// `$TMPDIR/boxcar-scratch`.
+    pub scratch_dir: Option<PathBuf>,
     /// Enable fuel metering (needed by manifests that set `limits.fuel`).
     pub fuel: bool,
     /// Per pool slot, bytes of linear memory reset in place between jobs
@@ -252,6 +256,7 @@ impl Config {
             epoch_tick: duration(raw.sandbox.epoch_tick, Duration::from_millis(1)),
             pooling: raw.sandbox.pooling.unwrap_or(true),
             cache_dir: raw.sandbox.cache_dir,
+            scratch_dir: raw.sandbox.scratch_dir,
             fuel: raw.sandbox.fuel.unwrap_or(false),
             keep_resident: match raw.sandbox.keep_resident {
                 None => None,

@@ -103,6 +103,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             epoch_tick: Duration::from_millis(1),
             pooling: true,
             cache_dir: None,
+            scratch_dir: None,
             fuel: false,
             keep_resident: None,
             scratch_mode: boxcar_sandbox::ScratchMode::Auto,

@@ -43,6 +43,7 @@ pub fn sandbox_config(settings: &SandboxSettings) -> SandboxConfig {
         pooling: settings.pooling,
         cache_dir: Some(settings.cache_dir.clone().unwrap_or_else(default_cache_dir)),
         fuel: settings.fuel,
+        scratch_dir: settings.scratch_dir.clone(),
         memory_keep_resident: settings
             .keep_resident
             .unwrap_or(SandboxConfig::default().memory_keep_resident),
@@ -60,4 +61,26 @@ pub fn default_cache_dir() -> std::path::PathBuf {
         return std::path::PathBuf::from(home).join(".cache").join("boxcar");
     }
     std::env::temp_dir().join("boxcar-cache")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use crate::config::Config;
+
+    #[test]
+    fn sandbox_scratch_dir_reaches_the_sandbox_config() {
+        let config = Config::parse(
+            Path::new("boxcar.toml"),
+            "[sandbox]\nscratch_dir = \"/srv/boxcar-scratch\"\n",
+        )
+        .expect("valid config");
+        assert_eq!(
+            super::sandbox_config(&config.sandbox).scratch_dir,
+            Some(PathBuf::from("/srv/boxcar-scratch"))
+        );
+        let default = Config::parse(Path::new("boxcar.toml"), "").expect("valid config");
+        assert_eq!(super::sandbox_config(&default.sandbox).scratch_dir, None);
+    }
 }
