@@ -27,6 +27,8 @@ pub const DEFAULT_DB: &str = "sqlite://boxcar.db";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 /// The owner of declared schedules when `schedules_owner` is not set.
 pub const DEFAULT_SCHEDULES_OWNER: &str = "boxcar";
+/// Default `[sandbox] pool_instances`: the sandbox's own default.
+pub const DEFAULT_POOL_INSTANCES: u32 = 256;
 
 /// A configuration file that failed to load or validate.
 pub type ConfigError = crate::toml_file::FileError;
@@ -107,6 +109,7 @@ struct RawSandbox {
     cache_dir: Option<PathBuf>,
     fuel: Option<bool>,
     keep_resident: Option<ByteSize>,
+    pool_instances: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -136,6 +139,8 @@ pub struct SandboxSettings {
     /// Per pool slot, bytes of linear memory reset in place between jobs
     /// (`None`: the sandbox default).
     pub keep_resident: Option<usize>,
+    /// Instances the pool holds; deployed handlers' concurrency must fit.
+    pub pool_instances: u32,
 }
 
 /// A resolved, validated configuration.
@@ -245,7 +250,16 @@ impl Config {
         queue.validate().map_err(|e| invalid(e.to_string()))?;
         worker.validate().map_err(|e| invalid(e.to_string()))?;
 
+        let pool_instances = positive_u32("sandbox.pool_instances", raw.sandbox.pool_instances)
+            .map_err(invalid)?
+            .unwrap_or(DEFAULT_POOL_INSTANCES);
+        if pool_instances > 100_000 {
+            return Err(invalid(format!(
+                "invalid option `sandbox.pool_instances`: {pool_instances} is more than 100000"
+            )));
+        }
         let sandbox = SandboxSettings {
+            pool_instances,
             epoch_tick: duration(raw.sandbox.epoch_tick, Duration::from_millis(1)),
             pooling: raw.sandbox.pooling.unwrap_or(true),
             cache_dir: raw.sandbox.cache_dir,
@@ -460,6 +474,7 @@ mod tests {
         assert_eq!(config.queue.default_max_attempts, 3);
         assert!(config.worker.retention.is_none());
         assert!(config.sandbox.pooling);
+        assert_eq!(config.sandbox.pool_instances, DEFAULT_POOL_INSTANCES);
     }
 
     #[test]
@@ -497,6 +512,11 @@ mod tests {
                 "retention.statuses",
             ),
             ("[sandbox]\nepoch_tick = \"0ms\"\n", "sandbox.epoch_tick"),
+            ("[sandbox]\npool_instances = 0\n", "sandbox.pool_instances"),
+            (
+                "[sandbox]\npool_instances = 100001\n",
+                "sandbox.pool_instances",
+            ),
             (
                 "[sandbox]\nkeep_resident = \"2GiB\"\n",
                 "sandbox.keep_resident",

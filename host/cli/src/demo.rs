@@ -105,6 +105,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             cache_dir: None,
             fuel: false,
             keep_resident: None,
+            pool_instances: crate::config::DEFAULT_POOL_INSTANCES,
         },
     ))?);
     let deployer = Deployer::new(handlers.clone(), sandbox, registry.clone(), queue.clone());

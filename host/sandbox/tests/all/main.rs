@@ -9,5 +9,8 @@ mod hostile;
 #[path = "../support/http_server.rs"]
 mod http_server;
 mod loading;
+mod logs;
+mod memory;
 mod outcomes;
+mod pool;
 mod timing;
