@@ -405,12 +405,7 @@ impl Deployer {
         };
         let reservation = self
             .sandbox
-            .reserve_instances(
-                name,
-                manifest
-                    .concurrency
-                    .saturating_mul(manifest.job_types.len()),
-            )
+            .reserve_instances(name, manifest.concurrency, manifest.job_types.len())
             .map_err(|source| DeployError::Sandbox {
                 path: manifest.path.clone(),
                 source,

@@ -35,7 +35,8 @@ pub struct SandboxConfig {
     pub job_instances: u32,
     /// Linear memories one job's component may hold (its share of the pool
     /// with `pooling`, and a store limit without). A component declaring
-    /// more is refused at load when pooling. Default 4.
+    /// more is refused at load when pooling. Default 2 (the Rust, Python and
+    /// JavaScript guests define one).
     pub job_memories: u32,
     /// Tables one job's component may hold: its share of the pool and the
     /// ceiling of a handler's `tables` limit. Default 10.
@@ -83,7 +84,7 @@ impl Default for SandboxConfig {
             pooling: true,
             pool_instances: 256,
             job_instances: 20,
-            job_memories: 4,
+            job_memories: 2,
             job_tables: 10,
             memory_keep_resident: 2 << 20,
             max_memory: 1 << 30,

@@ -185,22 +185,23 @@ impl Sandbox {
         self.shared.cache_hits.load(Ordering::Relaxed)
     }
 
-    /// Reserves `instances` pool instances for the handler called `handler`
-    /// (the most jobs it may run at once: its concurrency for each job type
-    /// it serves), replacing what it reserved before. Call it before the
+    /// Reserves pool instances for the handler called `handler`: the most
+    /// jobs it may run at once, `concurrency` for each of its `job_types`
+    /// job types. Replaces what it reserved before. Call it before the
     /// handler takes jobs, and [`InstanceReservation::keep`] the result once
     /// it does; with pooling, all reservations together must fit in
     /// `pool_instances`.
     ///
     /// # Errors
     /// [`SandboxError::PoolFull`] (nothing changes) when the other handlers'
-    /// reservations leave fewer than `instances` free.
+    /// reservations leave too few instances free.
     pub fn reserve_instances(
         &self,
         handler: &str,
-        instances: usize,
+        concurrency: usize,
+        job_types: usize,
     ) -> Result<InstanceReservation, SandboxError> {
-        let instances = u32::try_from(instances).unwrap_or(u32::MAX);
+        let instances = u32::try_from(concurrency.saturating_mul(job_types)).unwrap_or(u32::MAX);
         let previous = self.shared.budget.reserve(handler, instances)?;
         Ok(InstanceReservation::new(
             Arc::clone(&self.shared.budget),

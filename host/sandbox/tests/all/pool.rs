@@ -27,7 +27,7 @@ fn small_pool(instances: u32) -> Sandbox {
 async fn reservations_must_fit_the_pool_and_handlers_within_it_all_run() {
     let sandbox = small_pool(4);
     let refused = sandbox
-        .reserve_instances("greedy", 100)
+        .reserve_instances("greedy", 100, 1)
         .err()
         .expect("100 instances do not fit in 4");
     assert!(
@@ -45,10 +45,10 @@ async fn reservations_must_fit_the_pool_and_handlers_within_it_all_run() {
         "a refusal reserves nothing"
     );
 
-    sandbox.reserve_instances("a", 2).expect("fits").keep();
-    sandbox.reserve_instances("b", 2).expect("fits").keep();
+    sandbox.reserve_instances("a", 2, 1).expect("fits").keep();
+    sandbox.reserve_instances("b", 2, 1).expect("fits").keep();
     assert!(
-        sandbox.reserve_instances("c", 1).is_err(),
+        sandbox.reserve_instances("c", 1, 1).is_err(),
         "the pool is spoken for"
     );
 
@@ -77,7 +77,7 @@ async fn reservations_must_fit_the_pool_and_handlers_within_it_all_run() {
 
     sandbox.release_instances("a");
     sandbox
-        .reserve_instances("c", 2)
+        .reserve_instances("c", 2, 1)
         .expect("a's share was freed")
         .keep();
 }
