@@ -389,12 +389,14 @@ mod tests {
 
     #[test]
     fn every_line_costs_the_overhead_even_when_empty() {
-        let s = sink(10 * LINE_OVERHEAD, 10);
+        // Ten lines of one byte (`\n`) each, or ten empty log calls.
+        let budget = 10 * (LINE_OVERHEAD + 1);
+        let s = sink(budget, 10);
         for _ in 0..10 {
             assert!(s.log(Level::Info, "").is_ok());
         }
         assert!(s.log(Level::Info, "").is_err());
-        let s = sink(10 * LINE_OVERHEAD, 10);
+        let s = sink(budget, 10);
         assert!(s.write(false, &[b'\n'; 10]).is_ok());
         assert!(s.write(true, b"\n").is_err(), "stdout and stderr share it");
     }
