@@ -1,6 +1,7 @@
 //! Compiles the example guests (`example-handlers/rust`, its own cargo
 //! workspace) for `wasm32-wasip2` in release, and writes their paths into
-//! `$OUT_DIR/examples.rs`.
+//! `$OUT_DIR/examples.rs`; hand-written `.wat` guests are compiled with the
+//! `wat` crate (`wat_guests.rs`).
 //!
 //! Invariants:
 //! - The guests get their own target dir, `<root target dir>/guests`, shared
@@ -24,6 +25,8 @@ const TARGET: &str = "wasm32-wasip2";
 
 #[path = "polyglot.rs"]
 mod polyglot;
+#[path = "wat_guests.rs"]
+mod wat_guests;
 
 fn main() {
     let manifest_dir =
@@ -65,6 +68,7 @@ fn main() {
         )
         .expect("writing to a String cannot fail");
     }
+    wat_guests::build(&root, &out_dir, &mut code);
     polyglot::build(&root, &target_dir, &mut code);
     code.push_str("];\n");
     fs::write(out_dir.join("examples.rs"), code).expect("cannot write $OUT_DIR/examples.rs");

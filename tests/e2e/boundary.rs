@@ -362,3 +362,38 @@ fn forged_browser_requests_are_refused_over_a_real_socket() {
     let (status, body) = http(listen, "POST", "/jobs/retry-failed", None, None);
     assert_eq!(status, 200, "curl-like requests pass: {body}");
 }
+
+#[test]
+fn a_handler_whose_concurrency_does_not_fit_the_instance_pool_is_refused() {
+    let env = Env::sqlite();
+    let config = env.fast_config("[sandbox]\npool_instances = 12\n");
+    env.deploy("echo", "echo", ECHO);
+    let serve = env.serve("serve", &["--config", config.to_str().expect("utf-8")]);
+    serve.wait_for_log("handler deployed", Duration::from_secs(60));
+    let reason = rejected(
+        &env,
+        &serve,
+        &ECHO.replace("concurrency = 8", "concurrency = 100"),
+    );
+    assert!(
+        reason.contains("pool_instances") && reason.contains("concurrency"),
+        "the rejection says what to change: {reason}"
+    );
+    env.deploy(
+        "noop",
+        "noop",
+        "[handler]\njob_type = \"noop\"\ntimeout = \"10s\"\nconcurrency = 4\n",
+    );
+    eventually(Duration::from_secs(60), "noop fits beside echo", || {
+        (serve.output().matches("handler deployed").count() >= 2).then_some(())
+    });
+    let result = env.ok(&[
+        "enqueue",
+        "echo",
+        r#"{"still":"serving"}"#,
+        "--wait",
+        "--timeout",
+        "10s",
+    ]);
+    assert!(result.contains("serving"), "echo keeps its share: {result}");
+}

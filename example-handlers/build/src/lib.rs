@@ -5,6 +5,10 @@
 //! Each Rust example is a guest crate in `example-handlers/rust/<name>/` with
 //! its manifest `<name>.toml` beside its `Cargo.toml`.
 //!
+//! Hand-written WebAssembly text guests (`example-handlers/wat/<name>.wat`
+//! with `<name>.toml`) are compiled with the `wat` crate; they are hostile
+//! test guests no toolchain would emit (e.g. `many-memories`).
+//!
 //! Python and JavaScript examples (`example-handlers/python/<name>.py`,
 //! `example-handlers/js/<name>.js`, each with `<name>.toml`) are in [`ALL`]
 //! only when their toolchain (componentize-py, componentize-js) was found

@@ -27,6 +27,8 @@ pub const DEFAULT_DB: &str = "sqlite://boxcar.db";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 /// The owner of declared schedules when `schedules_owner` is not set.
 pub const DEFAULT_SCHEDULES_OWNER: &str = "boxcar";
+/// Default `[sandbox] pool_instances`: the sandbox's own default.
+pub const DEFAULT_POOL_INSTANCES: u32 = 256;
 
 /// A configuration file that failed to load or validate.
 pub type ConfigError = crate::toml_file::FileError;
@@ -109,6 +111,7 @@ struct RawSandbox {
     fuel: Option<bool>,
     keep_resident: Option<ByteSize>,
     scratch_mode: Option<String>,
+    pool_instances: Option<i64>,
 }
 
 #[derive(Deserialize)]
@@ -143,6 +146,8 @@ pub struct SandboxSettings {
     pub keep_resident: Option<usize>,
     /// How scratch caps are enforced (`auto`, `tmpfs`, `directory`).
     pub scratch_mode: boxcar_sandbox::ScratchMode,
+    /// Instances the pool holds; deployed handlers' concurrency must fit.
+    pub pool_instances: u32,
 }
 
 /// A resolved, validated configuration.
@@ -252,7 +257,16 @@ impl Config {
         queue.validate().map_err(|e| invalid(e.to_string()))?;
         worker.validate().map_err(|e| invalid(e.to_string()))?;
 
+        let pool_instances = positive_u32("sandbox.pool_instances", raw.sandbox.pool_instances)
+            .map_err(invalid)?
+            .unwrap_or(DEFAULT_POOL_INSTANCES);
+        if pool_instances > 100_000 {
+            return Err(invalid(format!(
+                "invalid option `sandbox.pool_instances`: {pool_instances} is more than 100000"
+            )));
+        }
         let sandbox = SandboxSettings {
+            pool_instances,
             epoch_tick: duration(raw.sandbox.epoch_tick, Duration::from_millis(1)),
             pooling: raw.sandbox.pooling.unwrap_or(true),
             cache_dir: raw.sandbox.cache_dir,
@@ -486,6 +500,7 @@ mod tests {
             config.sandbox.scratch_mode,
             boxcar_sandbox::ScratchMode::Directory
         );
+        assert_eq!(config.sandbox.pool_instances, DEFAULT_POOL_INSTANCES);
     }
 
     #[test]
@@ -523,6 +538,11 @@ mod tests {
                 "retention.statuses",
             ),
             ("[sandbox]\nepoch_tick = \"0ms\"\n", "sandbox.epoch_tick"),
+            ("[sandbox]\npool_instances = 0\n", "sandbox.pool_instances"),
+            (
+                "[sandbox]\npool_instances = 100001\n",
+                "sandbox.pool_instances",
+            ),
             (
                 "[sandbox]\nkeep_resident = \"2GiB\"\n",
                 "sandbox.keep_resident",

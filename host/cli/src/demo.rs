@@ -107,6 +107,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             fuel: false,
             keep_resident: None,
             scratch_mode: boxcar_sandbox::ScratchMode::Auto,
+            pool_instances: crate::config::DEFAULT_POOL_INSTANCES,
         },
     ))?);
     let deployer = Deployer::new(handlers.clone(), sandbox, registry.clone(), queue.clone());

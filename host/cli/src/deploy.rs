@@ -15,6 +15,7 @@
 //!   `Arc` of the version that started them.
 //! - Every deploy, rejection and removal is recorded in the store.
 //! - One job type is served by one pair; a second pair claiming it is rejected.
+//! - A pair reserves concurrency × types instances of the sandbox's pool.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -402,6 +403,13 @@ impl Deployer {
                 },
             )?)),
         };
+        let reservation = self
+            .sandbox
+            .reserve_instances(name, manifest.concurrency, manifest.job_types.len())
+            .map_err(|source| DeployError::Sandbox {
+                path: manifest.path.clone(),
+                source,
+            })?;
         let handler: Arc<dyn boxcar_queue::Handler> = prepared.handler.clone();
         for job_type in &manifest.job_types {
             let mut settings = HandlerSettings::default();
@@ -423,6 +431,7 @@ impl Deployer {
                     message: error.to_string(),
                 })?;
         }
+        reservation.keep();
         for stale in previous_types
             .iter()
             .filter(|t| !manifest.job_types.contains(t))
@@ -478,6 +487,7 @@ impl Deployer {
         let Some((_, pair)) = self.state.lock().deployed.remove(name) else {
             return;
         };
+        self.sandbox.release_instances(name);
         for job_type in &pair.job_types {
             self.registry.remove(job_type);
             if let Err(error) = self

@@ -41,6 +41,7 @@ pub fn sandbox_config(settings: &SandboxSettings) -> SandboxConfig {
     SandboxConfig {
         epoch_tick: settings.epoch_tick,
         pooling: settings.pooling,
+        pool_instances: settings.pool_instances,
         cache_dir: Some(settings.cache_dir.clone().unwrap_or_else(default_cache_dir)),
         fuel: settings.fuel,
         scratch_dir: settings.scratch_dir.clone(),

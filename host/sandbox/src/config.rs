@@ -23,9 +23,24 @@ pub struct SandboxConfig {
     /// Pre-allocate instance slots with wasmtime's pooling allocator
     /// (faster instantiation, fixed capacity). Default true.
     pub pooling: bool,
-    /// Concurrent instances the pool holds (only with `pooling`). A job that
-    /// finds the pool full ends with `HostError`. Default 256.
+    /// Concurrent instances the pool holds (only with `pooling`): the sum
+    /// of every deployed handler's reserved instances
+    /// ([`Sandbox::reserve_instances`](crate::Sandbox::reserve_instances))
+    /// must fit. A job that still finds the pool full is given back to the
+    /// queue without using an attempt. Default 256.
     pub pool_instances: u32,
+    /// Core instances one job's component may hold: its share of the pool
+    /// (the pool holds `pool_instances` times this) and the ceiling of a
+    /// handler's `instances` limit. Default 20.
+    pub job_instances: u32,
+    /// Linear memories one job's component may hold (its share of the pool
+    /// with `pooling`, and a store limit without). A component declaring
+    /// more is refused at load when pooling. Default 2 (the Rust, Python and
+    /// JavaScript guests define one).
+    pub job_memories: u32,
+    /// Tables one job's component may hold: its share of the pool and the
+    /// ceiling of a handler's `tables` limit. Default 10.
+    pub job_tables: u32,
     /// Per pool slot, how many bytes of the linear memory a finished job
     /// dirtied are reset in place (copied back from the module's snapshot)
     /// rather than unmapped (only with `pooling`). Pages kept resident cost
@@ -71,6 +86,9 @@ impl Default for SandboxConfig {
             epoch_tick: Duration::from_millis(1),
             pooling: true,
             pool_instances: 256,
+            job_instances: 20,
+            job_memories: 2,
+            job_tables: 10,
             memory_keep_resident: 2 << 20,
             max_memory: 1 << 30,
             cache_dir: None,
@@ -161,6 +179,15 @@ impl SandboxConfig {
                 format!("{} is outside 1..=100000", self.pool_instances),
             );
         }
+        for (field, value) in [
+            ("job_instances", self.job_instances),
+            ("job_memories", self.job_memories),
+            ("job_tables", self.job_tables),
+        ] {
+            if value == 0 || value > 1000 {
+                return bad(field, format!("{value} is outside 1..=1000"));
+            }
+        }
         if self.memory_keep_resident > 1 << 30 {
             return bad(
                 "memory_keep_resident",
@@ -180,7 +207,8 @@ impl SandboxConfig {
 /// Per-handler resource bounds (from the manifest's `[limits]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HandlerLimits {
-    /// Linear memory cap per job, in bytes. Default 64 MiB.
+    /// Linear memory cap per job, in bytes: the sum of every linear memory
+    /// the job's instances hold. Default 64 MiB.
     pub memory: u64,
     /// Fuel per job; `None` is unmetered. Needs `SandboxConfig::fuel`.
     pub fuel: Option<u64>,
@@ -188,18 +216,23 @@ pub struct HandlerLimits {
     pub max_result: usize,
     /// Largest single progress report, in bytes. Default 64 KiB.
     pub max_progress: usize,
-    /// Total log volume per job (log import + stdout + stderr), in bytes.
-    /// Exceeding it stops the job with `LimitExceeded(LogVolume)`. Default 1 MiB.
+    /// Total log volume per job (log import + stdout + stderr), in bytes;
+    /// every line also costs 128 bytes, however short. Exceeding it stops
+    /// the job with `LimitExceeded(LogVolume)`. Default 1 MiB.
     pub max_log: usize,
+    /// Log lines per job (log calls plus stdout/stderr lines). Exceeding it
+    /// stops the job with `LimitExceeded(LogVolume)`. Default 10,000.
+    pub max_log_lines: usize,
     /// Longest log line kept; longer lines are truncated. Default 8 KiB.
     pub max_log_line: usize,
     /// Enqueue calls per job; further calls are refused. Default 100.
     pub max_enqueues: u32,
-    /// Table elements per table. Default 100,000.
+    /// Table elements per job, summed over all its tables. Default 100,000.
     pub table_elements: usize,
-    /// Tables per job. Default 10.
+    /// Tables per job; at most the sandbox's `job_tables`. Default 10.
     pub tables: usize,
-    /// Core instances per job. Default 20.
+    /// Core instances per job; at most the sandbox's `job_instances`.
+    /// Default 20.
     pub instances: usize,
     /// Largest outbound HTTP response body, in bytes; a longer body fails
     /// with `HTTP-response-body-size` in the guest. Default 4 MiB.
@@ -214,6 +247,7 @@ impl Default for HandlerLimits {
             max_result: 256 << 10,
             max_progress: 64 << 10,
             max_log: 1 << 20,
+            max_log_lines: 10_000,
             max_log_line: 8 << 10,
             max_enqueues: 100,
             table_elements: 100_000,
@@ -251,8 +285,23 @@ impl HandlerLimits {
                 self.max_log_line, self.max_log
             ));
         }
+        if self.max_log_lines == 0 {
+            return bad("max_log_lines: 0 would stop a job at its first log line".into());
+        }
         if self.tables == 0 || self.instances == 0 {
             return bad("tables and instances must be at least 1".into());
+        }
+        if self.instances > config.job_instances as usize {
+            return bad(format!(
+                "instances: {} is more than the sandbox's job_instances ({})",
+                self.instances, config.job_instances
+            ));
+        }
+        if self.tables > config.job_tables as usize {
+            return bad(format!(
+                "tables: {} is more than the sandbox's job_tables ({})",
+                self.tables, config.job_tables
+            ));
         }
         if self.max_http_body == 0 {
             return bad("max_http_body: 0 would refuse every response body".into());

@@ -29,6 +29,7 @@ use wasmtime::{
 
 use crate::{
     bindings::{Handler as HandlerWorld, HandlerPre},
+    budget::{InstanceReservation, PoolBudget},
     cache,
     run::LoadedHandler,
     scratch,
@@ -47,6 +48,7 @@ pub(crate) struct Shared {
     engine_key: String,
     compiles: AtomicU64,
     cache_hits: AtomicU64,
+    budget: Arc<PoolBudget>,
     _ticker: Option<Ticker>,
 }
 
@@ -117,12 +119,18 @@ impl Sandbox {
             .max_wasm_stack(config.max_wasm_stack)
             .async_stack_size(config.max_wasm_stack.max(1 << 20) + (1 << 20));
         if config.pooling {
+            // Every pool slot can hold one job's share, and no component may
+            // hold more than that share: a job cannot take what other jobs'
+            // slots were sized for.
             let n = config.pool_instances;
             let mut pool = PoolingAllocationConfig::new();
             pool.total_component_instances(n)
-                .total_core_instances(n.saturating_mul(8))
-                .total_memories(n.saturating_mul(2))
-                .total_tables(n.saturating_mul(4))
+                .max_core_instances_per_component(config.job_instances)
+                .max_memories_per_component(config.job_memories)
+                .max_tables_per_component(config.job_tables)
+                .total_core_instances(n.saturating_mul(config.job_instances))
+                .total_memories(n.saturating_mul(config.job_memories))
+                .total_tables(n.saturating_mul(config.job_tables))
                 .total_stacks(n)
                 .max_memory_size(usize::try_from(config.max_memory).unwrap_or(usize::MAX))
                 // Reset the pages a job dirtied in place instead of
@@ -154,6 +162,9 @@ impl Sandbox {
         Ok(Self {
             shared: Arc::new(Shared {
                 engine_key: cache::engine_key(&engine),
+                budget: Arc::new(PoolBudget::new(
+                    config.pooling.then_some(config.pool_instances),
+                )),
                 engine,
                 linker,
                 config,
@@ -193,6 +204,41 @@ impl Sandbox {
         self.shared.cache_hits.load(Ordering::Relaxed)
     }
 
+    /// Reserves pool instances for the handler called `handler`: the most
+    /// jobs it may run at once, `concurrency` for each of its `job_types`
+    /// job types. Replaces what it reserved before. Call it before the
+    /// handler takes jobs, and [`InstanceReservation::keep`] the result once
+    /// it does; with pooling, all reservations together must fit in
+    /// `pool_instances`.
+    ///
+    /// # Errors
+    /// [`SandboxError::PoolFull`] (nothing changes) when the other handlers'
+    /// reservations leave too few instances free.
+    pub fn reserve_instances(
+        &self,
+        handler: &str,
+        concurrency: usize,
+        job_types: usize,
+    ) -> Result<InstanceReservation, SandboxError> {
+        let instances = u32::try_from(concurrency.saturating_mul(job_types)).unwrap_or(u32::MAX);
+        let previous = self.shared.budget.reserve(handler, instances)?;
+        Ok(InstanceReservation::new(
+            Arc::clone(&self.shared.budget),
+            handler,
+            previous,
+        ))
+    }
+
+    /// Frees the reservation of `handler` (when it is undeployed).
+    pub fn release_instances(&self, handler: &str) {
+        self.shared.budget.release(handler);
+    }
+
+    /// Pool instances reserved by all handlers.
+    pub fn reserved_instances(&self) -> u64 {
+        self.shared.budget.reserved()
+    }
+
     /// Compiles (or loads from cache) and links a handler component.
     /// Blocking and CPU-heavy on a cache miss.
     ///
@@ -200,7 +246,9 @@ impl Sandbox {
     /// [`SandboxError::Limits`] for invalid limits,
     /// [`SandboxError::Capabilities`] for an unusable grant (e.g. a missing
     /// directory), [`SandboxError::Compile`]
-    /// when the bytes are not a component, [`SandboxError::World`] when it
+    /// when the bytes are not a component, [`SandboxError::PoolShare`] when
+    /// it holds more instances, memories or tables than one job's share of
+    /// the pool, [`SandboxError::World`] when it
     /// does not implement `boxcar:handler/handler` or imports something the
     /// host does not provide.
     pub fn load(
@@ -251,8 +299,14 @@ impl Sandbox {
                 c
             }
             None => {
-                let c = Component::new(&shared.engine, bytes)
-                    .map_err(|e| SandboxError::Compile(format!("{e:#}")))?;
+                let c = Component::new(&shared.engine, bytes).map_err(|e| {
+                    let message = format!("{e:#}");
+                    if shared.config.pooling && message.contains("in the pooling allocator") {
+                        SandboxError::PoolShare(message)
+                    } else {
+                        SandboxError::Compile(message)
+                    }
+                })?;
                 shared.compiles.fetch_add(1, Ordering::Relaxed);
                 if let Some((dir, path)) = &cache_path {
                     if let Err(e) = cache::store(dir, path, &c) {

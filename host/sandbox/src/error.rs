@@ -22,6 +22,21 @@ pub enum SandboxError {
     /// The component does not implement the `boxcar:handler/handler` world.
     #[error("the component does not implement the boxcar:handler@0.1.0 `handler` world: {0}")]
     World(String),
+    /// A handler's reservation does not fit in the instance pool.
+    #[error("handler `{handler}` needs {asked} concurrent instances (its concurrency for each of its job types), but only {free} of the sandbox's pool_instances ({capacity}) are not reserved by other handlers; lower its concurrency or raise pool_instances")]
+    PoolFull {
+        /// The handler that asked.
+        handler: String,
+        /// Instances it asked for.
+        asked: u32,
+        /// Instances not reserved by other handlers.
+        free: u32,
+        /// The pool's size (`pool_instances`).
+        capacity: u32,
+    },
+    /// The component needs more than one job's share of the instance pool.
+    #[error("the component needs more than one job's share of the instance pool: {0}; raise the sandbox's job_instances / job_memories / job_tables, or build a smaller component")]
+    PoolShare(String),
     /// The compile cache directory could not be used.
     #[error("compile cache at {path}: {message}")]
     Cache {

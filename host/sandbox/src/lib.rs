@@ -8,18 +8,23 @@
 //!   `boxcar:handler/handler` world, linked once into an `InstancePre`.
 //! - [`LoadedHandler::run`] runs one job in a fresh store and returns an
 //!   [`Outcome`]. Deadlines and cancellation are enforced with epoch
-//!   interruption, memory/table/instance caps with a resource limiter, and
+//!   interruption, memory/table/instance caps with a resource limiter (one
+//!   memory cap per job, summed over all its linear memories), and
 //!   log/progress/result/enqueue sizes in the host interface. WASI grants
 //!   clocks and random, plus only what the handler's [`Capabilities`] name
 //!   (outbound HTTP to listed origins, preopened directories, a per-job
 //!   scratch `/tmp`, environment variables); stdout/stderr go to the job's
 //!   bounded log.
+//! - [`Sandbox::reserve_instances`] gives each handler its share of the
+//!   instance pool; a job that still finds the pool full is handed back to
+//!   the queue without using an attempt.
 //! - [`LoadedHandler`] implements the queue's
 //!   [`Handler`](boxcar_queue::Handler) trait (version = module digest).
 //!
 //! Running a job never returns an error: every ending is an [`Outcome`].
 
 mod bindings;
+mod budget;
 mod cache;
 mod config;
 mod engine;
@@ -34,6 +39,7 @@ mod ticker;
 mod tree;
 
 pub use boxcar_queue::{LimitKind, Outcome};
+pub use budget::InstanceReservation;
 pub use config::{
     Capabilities, DirGrant, DirMode, HandlerLimits, SandboxConfig, ScratchMode, SCRATCH_GUEST_PATH,
 };

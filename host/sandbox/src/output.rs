@@ -8,10 +8,17 @@
 //!   stdout/stderr lines are buffered up to that length, and once the job's
 //!   total (`max_log`) is spent the write fails and the job ends with
 //!   `LimitExceeded(LogVolume)`.
+//! - Every line costs [`LINE_OVERHEAD`] bytes on top of its text (a `log`
+//!   call, or a `\n` on stdout/stderr), and a job emits at most
+//!   `max_log_lines` lines: empty lines cannot flood the host's log.
+//! - What reaches `tracing` is one line per guest line: control characters
+//!   (CR, LF, ESC, …) and Unicode line/paragraph separators are escaped, so
+//!   a guest cannot forge host log lines or terminal sequences.
 //! - The last bytes of stderr are kept (a few KiB) so a guest panic message
 //!   can be reported in `Trapped`.
 
 use std::{
+    borrow::Cow,
     io,
     pin::Pin,
     sync::{Arc, Mutex, MutexGuard},
@@ -26,6 +33,11 @@ use wasmtime_wasi::{
 
 /// Bytes of stderr kept for trap messages.
 const STDERR_TAIL: usize = 2048;
+
+/// Bytes each emitted line costs against `max_log` besides its text: the
+/// host's own fields (time, level, job id and type) make every line cost
+/// about this much in the host's log.
+pub(crate) const LINE_OVERHEAD: usize = 128;
 
 /// Severity of a guest log line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,11 +57,12 @@ enum Source {
     Stderr,
 }
 
-/// Returned when the log budget is spent.
+/// Returned when the log budget (bytes or lines) is spent.
 #[derive(Debug, thiserror::Error)]
-#[error("log volume limit reached: more than {limit} bytes of log output")]
+#[error("log volume limit reached: more than {limit} bytes or {max_lines} lines of log output")]
 pub(crate) struct LogLimitReached {
     pub(crate) limit: usize,
+    pub(crate) max_lines: usize,
 }
 
 /// One job's log state; shared by the host state and the stdio streams.
@@ -58,12 +71,14 @@ pub(crate) struct LogSink {
     job_type: Arc<str>,
     max_log: usize,
     max_line: usize,
+    max_lines: usize,
     state: Mutex<SinkState>,
 }
 
 #[derive(Default)]
 struct SinkState {
     used: usize,
+    lines: usize,
     exceeded: bool,
     stdout_line: Vec<u8>,
     stderr_line: Vec<u8>,
@@ -76,12 +91,14 @@ impl LogSink {
         job_type: Arc<str>,
         max_log: usize,
         max_line: usize,
+        max_lines: usize,
     ) -> Self {
         Self {
             job_id,
             job_type,
             max_log,
             max_line,
+            max_lines,
             state: Mutex::new(SinkState::default()),
         }
     }
@@ -95,14 +112,24 @@ impl LogSink {
         self.lock().exceeded
     }
 
-    /// Bytes of log output accepted so far.
+    /// Bytes of log output accepted so far, line overheads included.
     pub(crate) fn used(&self) -> usize {
         self.lock().used
     }
 
-    /// The budget.
+    /// Lines accepted so far.
+    pub(crate) fn lines(&self) -> usize {
+        self.lock().lines
+    }
+
+    /// The byte budget.
     pub(crate) fn limit(&self) -> usize {
         self.max_log
+    }
+
+    /// The line budget.
+    pub(crate) fn line_limit(&self) -> usize {
+        self.max_lines
     }
 
     /// The end of stderr, lossily decoded.
@@ -112,14 +139,26 @@ impl LogSink {
             .to_string()
     }
 
-    fn charge(&self, state: &mut SinkState, len: usize) -> Result<(), LogLimitReached> {
-        if state.exceeded || state.used.saturating_add(len) > self.max_log {
+    /// Charges `len` bytes of text and `lines` new lines (each also
+    /// costing [`LINE_OVERHEAD`]); all or nothing.
+    fn charge(
+        &self,
+        state: &mut SinkState,
+        len: usize,
+        lines: usize,
+    ) -> Result<(), LogLimitReached> {
+        let cost = len.saturating_add(lines.saturating_mul(LINE_OVERHEAD));
+        let used = state.used.saturating_add(cost);
+        let count = state.lines.saturating_add(lines);
+        if state.exceeded || used > self.max_log || count > self.max_lines {
             state.exceeded = true;
             return Err(LogLimitReached {
                 limit: self.max_log,
+                max_lines: self.max_lines,
             });
         }
-        state.used += len;
+        state.used = used;
+        state.lines = count;
         Ok(())
     }
 
@@ -127,7 +166,7 @@ impl LogSink {
     pub(crate) fn log(&self, level: Level, message: &str) -> Result<(), LogLimitReached> {
         {
             let mut state = self.lock();
-            self.charge(&mut state, message.len())?;
+            self.charge(&mut state, message.len(), 1)?;
         }
         self.emit(level, Source::Log, truncate(message, self.max_line));
         Ok(())
@@ -138,7 +177,8 @@ impl LogSink {
         let mut lines = Vec::new();
         {
             let mut state = self.lock();
-            self.charge(&mut state, bytes.len())?;
+            let newlines = bytes.iter().filter(|b| **b == b'\n').count();
+            self.charge(&mut state, bytes.len(), newlines)?;
             if stderr {
                 let tail = &mut state.stderr_tail;
                 tail.extend_from_slice(&bytes[bytes.len().saturating_sub(STDERR_TAIL)..]);
@@ -194,6 +234,7 @@ impl LogSink {
     }
 
     fn emit(&self, level: Level, source: Source, line: &str) {
+        let line = escape_line(line);
         let (id, ty) = (&*self.job_id, &*self.job_type);
         let stream = match source {
             Source::Log => "log",
@@ -213,6 +254,25 @@ impl LogSink {
             Level::Error => ev!(error),
         }
     }
+}
+
+/// `line` with every control character (C0, DEL, C1) and the Unicode line
+/// and paragraph separators escaped (`\r`, `\n`, `\u{1b}`, …), so it
+/// stays one line in the host's log and cannot drive a terminal.
+pub(crate) fn escape_line(line: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() || c == '\u{2028}' || c == '\u{2029}';
+    if !line.chars().any(unsafe_char) {
+        return Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len() + 16);
+    for c in line.chars() {
+        if unsafe_char(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// Cuts `s` to at most `max` bytes on a character boundary.
@@ -312,18 +372,55 @@ mod tests {
     use super::*;
 
     fn sink(max_log: usize, max_line: usize) -> LogSink {
-        LogSink::new(Arc::from("j"), Arc::from("t"), max_log, max_line)
+        LogSink::new(Arc::from("j"), Arc::from("t"), max_log, max_line, 1000)
     }
 
     #[test]
     fn budget_is_shared_and_sticky() {
-        let s = sink(10, 10);
+        let s = sink(2 * LINE_OVERHEAD + 10, 10);
         assert!(s.log(Level::Info, "12345").is_ok());
         assert!(s.write(false, b"123\n").is_ok());
         assert!(s.write(true, b"abc").is_err());
         assert!(s.exceeded());
         assert!(s.log(Level::Info, "").is_err(), "stays exceeded");
-        assert_eq!(s.used(), 9);
+        assert_eq!(s.used(), 2 * LINE_OVERHEAD + 9);
+        assert_eq!(s.lines(), 2);
+    }
+
+    #[test]
+    fn every_line_costs_the_overhead_even_when_empty() {
+        // Ten lines of one byte (`\n`) each, or ten empty log calls.
+        let budget = 10 * (LINE_OVERHEAD + 1);
+        let s = sink(budget, 10);
+        for _ in 0..10 {
+            assert!(s.log(Level::Info, "").is_ok());
+        }
+        assert!(s.log(Level::Info, "").is_err());
+        let s = sink(budget, 10);
+        assert!(s.write(false, &[b'\n'; 10]).is_ok());
+        assert!(s.write(true, b"\n").is_err(), "stdout and stderr share it");
+    }
+
+    #[test]
+    fn line_count_is_capped() {
+        let s = LogSink::new(Arc::from("j"), Arc::from("t"), 1 << 30, 10, 3);
+        assert!(s.write(false, b"a\nb\n").is_ok());
+        assert!(s.log(Level::Info, "c").is_ok());
+        assert!(s.log(Level::Info, "d").is_err());
+        assert_eq!(s.lines(), 3);
+        let s = LogSink::new(Arc::from("j"), Arc::from("t"), 1 << 30, 10, 3);
+        assert!(s.write(false, b"\n\n\n\n").is_err(), "all or nothing");
+        assert_eq!(s.lines(), 0);
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(escape_line("ok\r\nFORGED"), "ok\\r\\nFORGED");
+        assert_eq!(
+            escape_line("a\u{1b}[2Jb\u{2028}c"),
+            "a\\u{1b}[2Jb\\u{2028}c"
+        );
+        assert!(matches!(escape_line("plain é"), Cow::Borrowed("plain é")));
     }
 
     #[test]

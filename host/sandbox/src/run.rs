@@ -13,6 +13,8 @@
 //!   typically because `cancelled()` told it to stop — ends `Cancelled`
 //!   (`TimedOut`); a success that lands is kept.
 //! - Every ending is an [`Outcome`]; nothing here panics on guest input.
+//! - A job that finds the instance pool full was not run: it ends
+//!   `Retryable` without using an attempt (back-pressure, not a failure).
 //! - The WASI context holds exactly the granted env vars and directories;
 //!   a granted scratch directory is created empty for the job, held to its
 //!   size cap while the job runs and checked once more when the guest
@@ -44,6 +46,10 @@ use crate::{
 
 /// Longest error message kept from a guest.
 const MAX_MESSAGE: usize = 8 << 10;
+
+/// How long a job that found the instance pool full waits (at least)
+/// before the queue offers it again.
+const POOL_FULL_RETRY: Duration = Duration::from_millis(100);
 
 /// A compiled, linked handler version. Cheap to share; in-flight jobs keep
 /// it alive after a redeploy replaces it. Cloning is cheap (shared parts).
@@ -129,6 +135,7 @@ impl LoadedHandler {
             Arc::from(job.job_type.as_str()),
             self.limits.max_log,
             self.limits.max_log_line,
+            self.limits.max_log_lines,
         ));
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(GuestOutput::stdout(Arc::clone(&log)))
@@ -163,7 +170,7 @@ impl LoadedHandler {
         let state = HostState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            limiter: Limiter::new(&self.limits),
+            limiter: Limiter::new(&self.limits, self.shared.config.job_memories as usize),
             log: Arc::clone(&log),
             services: ctx.services,
             limits: Arc::clone(&self.limits),
@@ -309,9 +316,12 @@ fn classify(e: &wasmtime::Error, store: &mut Store<HostState>, doing: &str) -> O
         return Outcome::LimitExceeded {
             which: LimitKind::LogVolume,
             detail: format!(
-                "more than max_log ({} bytes) of log output; {} bytes were written",
+                "more than max_log ({} bytes, {} per line) or max_log_lines ({}) of log output; {} bytes in {} lines were written",
                 state.log.limit(),
-                state.log.used()
+                crate::output::LINE_OVERHEAD,
+                state.log.line_limit(),
+                state.log.used(),
+                state.log.lines()
             ),
         };
     }
@@ -350,10 +360,12 @@ fn classify(e: &wasmtime::Error, store: &mut Store<HostState>, doing: &str) -> O
     if e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
         .is_some()
     {
-        return Outcome::HostError {
+        return Outcome::Retryable {
             message: format!(
-                "{doing}: the instance pool is full; raise SandboxConfig::pool_instances or lower handler concurrency ({e})"
+                "{doing}: the instance pool is full; the job was not run and keeps its attempt ({e}); raise SandboxConfig::pool_instances or lower handler concurrency"
             ),
+            retry_after: Some(POOL_FULL_RETRY),
+            consumes_attempt: false,
         };
     }
     host_error(doing, e)

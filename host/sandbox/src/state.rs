@@ -65,22 +65,43 @@ pub(crate) enum Interrupt {
 #[error("{0:?}")]
 pub(crate) struct LimitHit(pub(crate) Outcome);
 
-/// Memory, table and instance caps; records the first violation.
+/// Memory, table and instance caps of one job; records the first violation.
+///
+/// Memory and table elements are capped per job: the sum over every
+/// linear memory (and every table) the job's instances create, counted from
+/// each one's initial size, so a component cannot multiply its cap by
+/// holding many memories. A growth the limiter allowed but the engine then
+/// failed is taken back.
 pub(crate) struct Limiter {
+    /// Cap on the sum of all linear memories, in bytes.
     pub(crate) memory: usize,
+    /// Bytes of linear memory the job holds now.
+    pub(crate) memory_used: usize,
+    /// The last growth allowed, as (from, to), until the next one.
+    memory_last: (usize, usize),
+    /// Cap on the sum of all tables' elements.
     pub(crate) table_elements: usize,
+    /// Table elements the job holds now.
+    table_used: usize,
+    table_last: (usize, usize),
     pub(crate) tables: usize,
     pub(crate) instances: usize,
+    pub(crate) memories: usize,
     pub(crate) violation: Option<Outcome>,
 }
 
 impl Limiter {
-    pub(crate) fn new(limits: &HandlerLimits) -> Self {
+    pub(crate) fn new(limits: &HandlerLimits, memories: usize) -> Self {
         Self {
             memory: usize::try_from(limits.memory).unwrap_or(usize::MAX),
+            memory_used: 0,
+            memory_last: (0, 0),
             table_elements: limits.table_elements,
+            table_used: 0,
+            table_last: (0, 0),
             tables: limits.tables,
             instances: limits.instances,
+            memories,
             violation: None,
         }
     }
@@ -89,15 +110,27 @@ impl Limiter {
 impl ResourceLimiter for Limiter {
     fn memory_growing(
         &mut self,
-        _current: usize,
+        current: usize,
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.memory || maximum.is_some_and(|m| desired > m) {
+        let total = self
+            .memory_used
+            .saturating_sub(current)
+            .saturating_add(desired);
+        if total > self.memory || maximum.is_some_and(|m| desired > m) {
             self.violation.get_or_insert(Outcome::OutOfMemory);
             return Err(wasmtime::Error::new(LimitHit(Outcome::OutOfMemory)));
         }
+        self.memory_used = total;
+        self.memory_last = (current, desired);
         Ok(true)
+    }
+
+    fn memory_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        let (from, to) = std::mem::take(&mut self.memory_last);
+        self.memory_used = self.memory_used.saturating_sub(to).saturating_add(from);
+        Ok(())
     }
 
     fn table_growing(
@@ -106,18 +139,30 @@ impl ResourceLimiter for Limiter {
         desired: usize,
         maximum: Option<usize>,
     ) -> wasmtime::Result<bool> {
-        if desired > self.table_elements || maximum.is_some_and(|m| desired > m) {
+        let total = self
+            .table_used
+            .saturating_sub(current)
+            .saturating_add(desired);
+        if total > self.table_elements || maximum.is_some_and(|m| desired > m) {
             let outcome = Outcome::LimitExceeded {
                 which: LimitKind::Tables,
                 detail: format!(
-                    "a table grew from {current} to {desired} elements; the limit is {}",
+                    "a table grew from {current} to {desired} elements, {total} in all the job's tables; the limit is {}",
                     self.table_elements
                 ),
             };
             self.violation.get_or_insert(outcome.clone());
             return Err(wasmtime::Error::new(LimitHit(outcome)));
         }
+        self.table_used = total;
+        self.table_last = (current, desired);
         Ok(true)
+    }
+
+    fn table_grow_failed(&mut self, _error: wasmtime::Error) -> wasmtime::Result<()> {
+        let (from, to) = std::mem::take(&mut self.table_last);
+        self.table_used = self.table_used.saturating_sub(to).saturating_add(from);
+        Ok(())
     }
 
     fn instances(&self) -> usize {
@@ -129,6 +174,6 @@ impl ResourceLimiter for Limiter {
     }
 
     fn memories(&self) -> usize {
-        self.instances
+        self.memories
     }
 }

@@ -5,42 +5,13 @@
 use std::{
     collections::BTreeMap,
     path::Path,
-    sync::{Arc, Mutex, OnceLock},
     time::{Duration, Instant},
 };
 
 use boxcar_sandbox::{Capabilities, DirGrant, DirMode, HandlerLimits, LimitKind, Outcome};
 
-use crate::common::{job, load_with, new_ctx, scratch_dir};
+use crate::common::{captured_logs, job, load_with, new_ctx, scratch_dir};
 use crate::http_server::{assert_refused, http_caps, TestServer};
-
-/// Log lines captured for the whole test binary (guest log lines carry the
-/// job id, so each test filters by its own).
-fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
-    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
-    Arc::clone(LOGS.get_or_init(|| {
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&logs);
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::INFO)
-            .with_ansi(false)
-            .with_writer(move || LogWriter(Arc::clone(&sink)))
-            .finish();
-        let _ = tracing::subscriber::set_global_default(subscriber);
-        logs
-    }))
-}
-
-struct LogWriter(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for LogWriter {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        std::io::Write::write(&mut *self.0.lock().expect("lock"), buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
 
 fn fetch(url: &str) -> String {
     serde_json::json!({ "url": url }).to_string()

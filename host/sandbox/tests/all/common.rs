@@ -110,3 +110,32 @@ pub fn new_ctx() -> (JobContext, Arc<Recorder>) {
     };
     (ctx, recorder)
 }
+
+/// Log lines captured for the whole test binary (guest log lines carry the
+/// job id, so each test filters by its own).
+pub fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    Arc::clone(LOGS.get_or_init(|| {
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&logs);
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || LogWriter(Arc::clone(&sink)))
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+        logs
+    }))
+}
+
+/// Appends everything written to the shared buffer.
+pub struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        std::io::Write::write(&mut *self.0.lock().expect("lock"), buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

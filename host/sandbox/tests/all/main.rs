@@ -9,6 +9,9 @@ mod hostile;
 #[path = "../support/http_server.rs"]
 mod http_server;
 mod loading;
+mod logs;
+mod memory;
 mod outcomes;
 mod scratch;
+mod pool;
 mod timing;
