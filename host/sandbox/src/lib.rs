@@ -11,7 +11,8 @@
 //!   interruption, memory/table/instance caps with a resource limiter, and
 //!   log/progress/result/enqueue sizes in the host interface. WASI grants
 //!   clocks and random, plus only what the handler's [`Capabilities`] name
-//!   (outbound HTTP to listed origins, preopened directories, a per-job
+//!   (outbound HTTP to listed origins — never to an internal address the
+//!   list does not name —, preopened directories, a per-job
 //!   scratch `/tmp`, environment variables); stdout/stderr go to the job's
 //!   bounded log.
 //! - [`LoadedHandler`] implements the queue's
@@ -22,6 +23,8 @@
 mod bindings;
 mod cache;
 mod config;
+mod connect;
+mod egress;
 mod engine;
 mod error;
 mod host_impl;
@@ -36,6 +39,7 @@ pub use config::{
     Capabilities, DirGrant, DirMode, HandlerLimits, SandboxConfig, SCRATCH_GUEST_PATH,
 };
 pub use engine::{LoadReport, Sandbox};
+pub use egress::internal_address;
 pub use error::SandboxError;
 pub use http::HttpOrigin;
 pub use run::LoadedHandler;

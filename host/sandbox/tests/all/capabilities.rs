@@ -16,7 +16,7 @@ use crate::http_server::{assert_refused, http_caps, TestServer};
 
 /// Log lines captured for the whole test binary (guest log lines carry the
 /// job id, so each test filters by its own).
-fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
+pub(crate) fn captured_logs() -> Arc<Mutex<Vec<u8>>> {
     static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
     Arc::clone(LOGS.get_or_init(|| {
         let logs = Arc::new(Mutex::new(Vec::new()));
@@ -42,11 +42,11 @@ impl std::io::Write for LogWriter {
     }
 }
 
-fn fetch(url: &str) -> String {
+pub(crate) fn fetch(url: &str) -> String {
     serde_json::json!({ "url": url }).to_string()
 }
 
-fn result_json(outcome: &Outcome) -> serde_json::Value {
+pub(crate) fn result_json(outcome: &Outcome) -> serde_json::Value {
     match outcome {
         Outcome::Succeeded { result: Some(r) } => serde_json::from_str(r).expect("JSON result"),
         other => panic!("expected a result, got {other:?}"),

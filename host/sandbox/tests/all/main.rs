@@ -5,6 +5,7 @@
 mod boundary;
 mod capabilities;
 mod common;
+mod egress;
 mod hostile;
 #[path = "../support/http_server.rs"]
 mod http_server;
