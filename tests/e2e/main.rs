@@ -7,6 +7,7 @@ mod harness;
 mod api;
 mod boundary;
 mod cli;
+mod compile;
 mod deploy;
 mod fleet;
 mod polyglot;

@@ -142,9 +142,9 @@ pub(crate) async fn send(
             .map_err(|_| HttpErrorCode::ConnectionReadTimeout)??;
         let mut timeout = tokio::time::interval(between);
         timeout.reset();
-        Ok::<_, HttpErrorCode>(response.map(|incoming| {
-            TimedBody { incoming, timeout }.boxed_unsync()
-        }))
+        Ok::<_, HttpErrorCode>(
+            response.map(|incoming| TimedBody { incoming, timeout }.boxed_unsync()),
+        )
     };
     let mut send = pin!(send);
     let mut conn = Some(conn);

@@ -141,7 +141,9 @@ impl IpRange {
         };
         let range = Self { base: ip, prefix };
         if range.masked(ip) != bits(ip) {
-            return Err("has a range with host bits set (write the network address, e.g. 10.0.0.0/8)");
+            return Err(
+                "has a range with host bits set (write the network address, e.g. 10.0.0.0/8)",
+            );
         }
         Ok(range)
     }

@@ -36,6 +36,10 @@ use crate::{
     Capabilities, HandlerLimits, SandboxConfig, SandboxError,
 };
 
+/// Turns component bytes into an artifact of [`precompile`](crate::precompile)
+/// (see [`Sandbox::load_compiled_by`]).
+pub type Compiler<'a> = dyn Fn(&[u8]) -> Result<Vec<u8>, SandboxError> + 'a;
+
 /// Engine state shared by the sandbox and its loaded handlers.
 pub(crate) struct Shared {
     pub(crate) engine: Engine,
@@ -100,12 +104,7 @@ impl Sandbox {
     pub fn new(config: SandboxConfig) -> Result<Self, SandboxError> {
         config.validate()?;
         let engine_err = |e: wasmtime::Error| SandboxError::Engine(format!("{e:#}"));
-        let mut wc = wasmtime::Config::new();
-        wc.wasm_component_model(true)
-            .epoch_interruption(config.epoch_interruption)
-            .consume_fuel(config.fuel)
-            .max_wasm_stack(config.max_wasm_stack)
-            .async_stack_size(config.max_wasm_stack.max(1 << 20) + (1 << 20));
+        let mut wc = crate::precompile::engine_config(&config.codegen());
         if config.pooling {
             let n = config.pool_instances;
             let mut pool = PoolingAllocationConfig::new();
@@ -203,6 +202,39 @@ impl Sandbox {
         limits: HandlerLimits,
         caps: Capabilities,
     ) -> Result<(Arc<LoadedHandler>, LoadReport), SandboxError> {
+        self.load_inner(bytes, limits, caps, None)
+    }
+
+    /// [`Sandbox::load_with_report`], but a cache miss is compiled by
+    /// `compile` — typically [`precompile`](crate::precompile) in a separate
+    /// process with memory and time limits — and its artifact loaded here.
+    ///
+    /// Trust: loading an artifact runs native code. `compile` must return
+    /// what [`precompile`](crate::precompile) made with this sandbox's
+    /// [`SandboxConfig::codegen`] settings, written where only the host can
+    /// write (like the compile cache). wasmtime refuses an artifact of other
+    /// settings or another version.
+    ///
+    /// # Errors
+    /// As [`Sandbox::load`], plus whatever `compile` returns, and
+    /// [`SandboxError::Compile`] when the artifact does not load.
+    pub fn load_compiled_by(
+        &self,
+        bytes: &[u8],
+        limits: HandlerLimits,
+        caps: Capabilities,
+        compile: &Compiler<'_>,
+    ) -> Result<(Arc<LoadedHandler>, LoadReport), SandboxError> {
+        self.load_inner(bytes, limits, caps, Some(compile))
+    }
+
+    fn load_inner(
+        &self,
+        bytes: &[u8],
+        limits: HandlerLimits,
+        caps: Capabilities,
+        compile: Option<&Compiler<'_>>,
+    ) -> Result<(Arc<LoadedHandler>, LoadReport), SandboxError> {
         let shared = &self.shared;
         limits.validate(&shared.config)?;
         caps.validate()?;
@@ -232,8 +264,11 @@ impl Sandbox {
                 c
             }
             None => {
-                let c = Component::new(&shared.engine, bytes)
-                    .map_err(|e| SandboxError::Compile(format!("{e:#}")))?;
+                let c = match compile {
+                    None => Component::new(&shared.engine, bytes)
+                        .map_err(|e| SandboxError::Compile(format!("{e:#}")))?,
+                    Some(compile) => cache::from_artifact(&shared.engine, &compile(bytes)?)?,
+                };
                 shared.compiles.fetch_add(1, Ordering::Relaxed);
                 if let Some((dir, path)) = &cache_path {
                     if let Err(e) = cache::store(dir, path, &c) {

@@ -243,7 +243,7 @@ impl RequestHost {
 impl fmt::Display for RequestHost {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Name(n) => f.write_str(&truncate(n, 256)),
+            Self::Name(n) => f.write_str(truncate(n, 256)),
             Self::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]"),
             Self::Ip(ip) => write!(f, "{ip}"),
         }
@@ -319,7 +319,11 @@ impl HttpPolicy {
         let host = RequestHost::of(host);
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let dest = Destination { https, host, port };
-        if self.allowed.iter().any(|o| o.allows(https, &dest.host, port)) {
+        if self
+            .allowed
+            .iter()
+            .any(|o| o.allows(https, &dest.host, port))
+        {
             Ok(dest)
         } else {
             Err(dest.origin())

@@ -30,6 +30,7 @@ mod error;
 mod host_impl;
 mod http;
 mod output;
+mod precompile;
 mod run;
 mod state;
 mod ticker;
@@ -38,8 +39,9 @@ pub use boxcar_queue::{LimitKind, Outcome};
 pub use config::{
     Capabilities, DirGrant, DirMode, HandlerLimits, SandboxConfig, SCRATCH_GUEST_PATH,
 };
-pub use engine::{LoadReport, Sandbox};
 pub use egress::internal_address;
+pub use engine::{Compiler, LoadReport, Sandbox};
 pub use error::SandboxError;
 pub use http::HttpOrigin;
+pub use precompile::{precompile, CodegenSettings};
 pub use run::LoadedHandler;

@@ -123,10 +123,7 @@ async fn a_listed_name_that_resolves_to_loopback_is_refused() {
     assert_eq!(server.accepted(), 0, "no connection may reach loopback");
     let line = log_line("job-egress-localhost");
     assert!(line.contains("127.0.0.1 (loopback)"), "{line}");
-    assert!(
-        line.contains(&format!("http://127.0.0.1:{port}")),
-        "{line}"
-    );
+    assert!(line.contains(&format!("http://127.0.0.1:{port}")), "{line}");
 }
 
 #[tokio::test]
