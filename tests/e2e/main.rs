@@ -7,6 +7,7 @@ mod harness;
 mod api;
 mod boundary;
 mod cli;
+mod compile;
 mod containment;
 mod deploy;
 mod fleet;

@@ -60,6 +60,24 @@ pub enum Command {
     Demo(DemoArgs),
     /// Measure throughput and pickup latency through the real dispatcher.
     Bench(BenchArgs),
+    /// Internal: compile one component in a resource-limited child process
+    /// of `serve` / `check` (see `deploy::compile`).
+    #[command(hide = true)]
+    CompileComponent(CompileComponentArgs),
+}
+
+/// `boxcar compile-component` (internal).
+#[derive(Args, Debug)]
+pub struct CompileComponentArgs {
+    /// The component bytes.
+    #[arg(long = "in")]
+    pub input: PathBuf,
+    /// Where the compiled artifact is written.
+    #[arg(long = "out")]
+    pub output: PathBuf,
+    /// The serving engine's codegen settings (`epoch=1,fuel=0,stack=N`).
+    #[arg(long)]
+    pub codegen: String,
 }
 
 /// `boxcar schedules`.

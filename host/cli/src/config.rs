@@ -112,6 +112,9 @@ struct RawSandbox {
     keep_resident: Option<ByteSize>,
     scratch_mode: Option<String>,
     pool_instances: Option<i64>,
+    max_module: Option<ByteSize>,
+    compile_memory: Option<ByteSize>,
+    compile_timeout: Option<HumanDuration>,
 }
 
 #[derive(Deserialize)]
@@ -148,7 +151,21 @@ pub struct SandboxSettings {
     pub scratch_mode: boxcar_sandbox::ScratchMode,
     /// Instances the pool holds; deployed handlers' concurrency must fit.
     pub pool_instances: u32,
+    /// Largest module file deployed, in bytes; larger ones are refused
+    /// before compiling.
+    pub max_module: u64,
+    /// Memory a module's compile process may use, in bytes.
+    pub compile_memory: u64,
+    /// How long a module's compile process may run before it is killed.
+    pub compile_timeout: Duration,
 }
+
+/// Default `[sandbox] max_module`: 32 MiB.
+pub const DEFAULT_MAX_MODULE: u64 = 32 << 20;
+/// Default `[sandbox] compile_memory`: 1 GiB.
+pub const DEFAULT_COMPILE_MEMORY: u64 = 1 << 30;
+/// Default `[sandbox] compile_timeout`: 120 s.
+pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A resolved, validated configuration.
 #[derive(Clone, Debug)]
@@ -290,7 +307,32 @@ impl Config {
                     ))
                 })?,
             },
+            max_module: raw.sandbox.max_module.map_or(DEFAULT_MAX_MODULE, |b| b.0),
+            compile_memory: raw
+                .sandbox
+                .compile_memory
+                .map_or(DEFAULT_COMPILE_MEMORY, |b| b.0),
+            compile_timeout: duration(raw.sandbox.compile_timeout, DEFAULT_COMPILE_TIMEOUT),
         };
+        if !(1 << 10..=1 << 30).contains(&sandbox.max_module) {
+            return Err(invalid(format!(
+                "invalid option `sandbox.max_module`: {} bytes is outside 1KiB..=1GiB",
+                sandbox.max_module
+            )));
+        }
+        if !(16 << 20..=1 << 40).contains(&sandbox.compile_memory) {
+            return Err(invalid(format!(
+                "invalid option `sandbox.compile_memory`: {} bytes is outside 16MiB..=1TiB",
+                sandbox.compile_memory
+            )));
+        }
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&sandbox.compile_timeout)
+        {
+            return Err(invalid(format!(
+                "invalid option `sandbox.compile_timeout`: {:?} is outside 1s..=1h",
+                sandbox.compile_timeout
+            )));
+        }
         if sandbox.epoch_tick.is_zero() {
             return Err(invalid(
                 "invalid option `sandbox.epoch_tick`: must be positive".into(),
@@ -501,6 +543,16 @@ mod tests {
             boxcar_sandbox::ScratchMode::Directory
         );
         assert_eq!(config.sandbox.pool_instances, DEFAULT_POOL_INSTANCES);
+        assert_eq!(config.sandbox.max_module, 32 << 20);
+        assert_eq!(config.sandbox.compile_memory, DEFAULT_COMPILE_MEMORY);
+        assert_eq!(config.sandbox.compile_timeout, DEFAULT_COMPILE_TIMEOUT);
+        let set = parse(
+            "[sandbox]\nmax_module = \"1MiB\"\ncompile_memory = \"64MiB\"\ncompile_timeout = \"5s\"\n",
+        )
+        .expect("valid");
+        assert_eq!(set.sandbox.max_module, 1 << 20);
+        assert_eq!(set.sandbox.compile_memory, 64 << 20);
+        assert_eq!(set.sandbox.compile_timeout, Duration::from_secs(5));
     }
 
     #[test]
@@ -516,6 +568,15 @@ mod tests {
                 "worker.default_max_attempts",
             ),
             ("[worker]\nworker_id = \"  \"\n", "worker_id"),
+            ("[sandbox]\nmax_module = \"100\"\n", "sandbox.max_module"),
+            (
+                "[sandbox]\ncompile_memory = \"1MiB\"\n",
+                "sandbox.compile_memory",
+            ),
+            (
+                "[sandbox]\ncompile_timeout = \"0s\"\n",
+                "sandbox.compile_timeout",
+            ),
             (
                 "[worker]\nstarvation_polls = -3\n",
                 "worker.starvation_polls",

@@ -20,7 +20,6 @@ use serde_json::json;
 use crate::{
     cli::DemoArgs,
     commands::usage,
-    config::SandboxSettings,
     deploy::Deployer,
     output::{clip, table},
     sandbox_glue,
@@ -98,19 +97,15 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let queue = Queue::new(connect(&db).await?, QueueOptions::default())?;
     queue.observe(Arc::new(Printer));
     let registry = Registry::new();
-    let sandbox = Arc::new(Sandbox::new(sandbox_glue::sandbox_config(
-        &SandboxSettings {
-            epoch_tick: Duration::from_millis(1),
-            pooling: true,
-            cache_dir: None,
-            scratch_dir: None,
-            fuel: false,
-            keep_resident: None,
-            scratch_mode: boxcar_sandbox::ScratchMode::Auto,
-            pool_instances: crate::config::DEFAULT_POOL_INSTANCES,
-        },
-    ))?);
-    let deployer = Deployer::new(handlers.clone(), sandbox, registry.clone(), queue.clone());
+    let settings = crate::config::Config::default().sandbox;
+    let sandbox = Arc::new(Sandbox::new(sandbox_glue::sandbox_config(&settings))?);
+    let deployer = Deployer::new(
+        handlers.clone(),
+        sandbox,
+        registry.clone(),
+        queue.clone(),
+        crate::deploy::compile::CompileBudget::from_settings(&settings),
+    );
     println!("deploying handlers dropped into {} …", handlers.display());
     deployer.reconcile().await;
     for pair in deployer.deployed() {

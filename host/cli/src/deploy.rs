@@ -9,23 +9,38 @@
 //! pass (debounced), and a slow periodic pass catches anything missed, so
 //! the directory is the single source of truth.
 //!
+//! Compiling runs outside the deploy lock, each changed pair in its own
+//! budgeted child process ([`compile`]), all at once: a slow or hostile
+//! module delays only itself. Only scanning and the swap into the registry
+//! hold the lock (`pass`).
+//!
 //! Invariants:
 //! - A rejected pair never disturbs the version already serving its types.
+//! - A compile whose pair changed or disappeared meanwhile is discarded:
+//!   only the newest content of a name is installed or rejected.
 //! - The registry swap is per type and atomic; in-flight jobs keep the
 //!   `Arc` of the version that started them.
 //! - Every deploy, rejection and removal is recorded in the store.
 //! - One job type is served by one pair; a second pair claiming it is rejected.
 //! - A pair reserves concurrency × types instances of the sandbox's pool.
 
+pub mod compile;
+mod prepare;
+
+pub use prepare::{prepare, DeployError, Prepared};
+
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{
+        atomic::{AtomicU64, Ordering},
+        Arc,
+    },
     time::Duration,
 };
 
 use boxcar_queue::{HandlerEventKind, HandlerSettings, PayloadValidator, Queue, Registry};
-use boxcar_sandbox::{LoadedHandler, Sandbox};
+use boxcar_sandbox::Sandbox;
 use chrono::Utc;
 use parking_lot::Mutex;
 use serde::Serialize;
@@ -40,124 +55,6 @@ use crate::{
 const DEBOUNCE: Duration = Duration::from_millis(150);
 /// A pass runs at least this often even without events.
 const RESCAN_INTERVAL: Duration = Duration::from_secs(5);
-
-/// A pair that passed every check and can be registered.
-pub struct Prepared {
-    /// The validated manifest.
-    pub manifest: Manifest,
-    /// The compiled, linked module.
-    pub handler: Arc<LoadedHandler>,
-    /// sha256 of the module bytes (hex).
-    pub digest: String,
-}
-
-/// Why a pair was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum DeployError {
-    /// The module file could not be read.
-    #[error("{path}: cannot read the module")]
-    ReadModule {
-        /// The module file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The manifest is invalid.
-    #[error(transparent)]
-    Manifest(#[from] crate::manifest::ManifestError),
-    /// The bytes do not match the manifest's `sha256` pin.
-    #[error("{path}: module digest {actual} does not match the pinned handler.sha256 {pinned}; update the pin or deploy the pinned module")]
-    PinMismatch {
-        /// The module file.
-        path: PathBuf,
-        /// The digest of the bytes found.
-        actual: String,
-        /// The pinned digest.
-        pinned: String,
-    },
-    /// The sandbox refused the module (not a component, wrong world, ...).
-    #[error("{path}: the sandbox refused the module")]
-    Sandbox {
-        /// The module file.
-        path: PathBuf,
-        /// The sandbox's error.
-        source: boxcar_sandbox::SandboxError,
-    },
-    /// The registry refused the settings (e.g. a `waits_for` cycle).
-    #[error("{path}: {message}")]
-    Registry {
-        /// The manifest file.
-        path: PathBuf,
-        /// The registry's message.
-        message: String,
-    },
-    /// A `dirs` grant reaches a path the host must keep from guests.
-    #[error("{path}: {source}")]
-    ProtectedPath {
-        /// The manifest file.
-        path: PathBuf,
-        /// Which grant and which protected path.
-        source: crate::protected::GrantOverlap,
-    },
-    /// Another pair already serves one of the types.
-    #[error(
-        "{path}: job type `{job_type}` is already served by {other}; one job type has one handler"
-    )]
-    TypeTaken {
-        /// The manifest file.
-        path: PathBuf,
-        /// The contested type.
-        job_type: String,
-        /// The pair that serves it.
-        other: String,
-    },
-}
-
-/// Validates a module + manifest and compiles it, without deploying.
-///
-/// # Errors
-/// [`DeployError`] naming the file and the reason.
-pub async fn prepare(
-    sandbox: &Arc<Sandbox>,
-    module: &Path,
-    manifest: &Path,
-) -> Result<Prepared, DeployError> {
-    let manifest = Manifest::load(manifest)?;
-    let bytes = tokio::fs::read(module)
-        .await
-        .map_err(|source| DeployError::ReadModule {
-            path: module.to_path_buf(),
-            source,
-        })?;
-    let digest = hex::encode(Sha256::digest(&bytes));
-    if let Some(pinned) = &manifest.sha256 {
-        if *pinned != digest {
-            return Err(DeployError::PinMismatch {
-                path: module.to_path_buf(),
-                actual: digest,
-                pinned: pinned.clone(),
-            });
-        }
-    }
-    let limits = crate::sandbox_glue::limits(&manifest);
-    let capabilities = crate::sandbox_glue::capabilities(&manifest);
-    let sandbox = sandbox.clone();
-    let handler = tokio::task::spawn_blocking(move || sandbox.load(&bytes, limits, capabilities))
-        .await
-        .map_err(|join| DeployError::Registry {
-            path: module.to_path_buf(),
-            message: format!("compilation task failed: {join}"),
-        })?
-        .map_err(|source| DeployError::Sandbox {
-            path: module.to_path_buf(),
-            source,
-        })?;
-    Ok(Prepared {
-        manifest,
-        handler,
-        digest,
-    })
-}
 
 /// One deployed pair on this host.
 #[derive(Clone, Debug, Serialize)]
@@ -222,8 +119,13 @@ pub struct Deployer {
     sandbox: Arc<Sandbox>,
     registry: Arc<Registry>,
     queue: Queue,
+    budget: compile::CompileBudget,
     state: Mutex<State>,
+    /// Held to scan and to swap; never while compiling.
     pass: tokio::sync::Mutex<()>,
+    /// name → (fingerprint, generation) of the newest compile started.
+    in_flight: Mutex<BTreeMap<String, (String, u64)>>,
+    generation: AtomicU64,
     protected: Mutex<ProtectedPaths>,
 }
 
@@ -234,6 +136,7 @@ impl Deployer {
         sandbox: Arc<Sandbox>,
         registry: Arc<Registry>,
         queue: Queue,
+        budget: compile::CompileBudget,
     ) -> Arc<Self> {
         let mut protected = ProtectedPaths::default();
         protected.protect("handlers directory", &dir);
@@ -246,8 +149,11 @@ impl Deployer {
             sandbox,
             registry,
             queue,
+            budget,
             state: Mutex::new(State::default()),
             pass: tokio::sync::Mutex::new(()),
+            in_flight: Mutex::new(BTreeMap::new()),
+            generation: AtomicU64::new(0),
             protected: Mutex::new(protected),
         })
     }
@@ -279,16 +185,46 @@ impl Deployer {
     }
 
     /// One pass: deploy new and changed pairs, undeploy removed ones.
+    /// Returns when every compile this pass started is settled; compiles
+    /// run concurrently and without the lock, so passes may overlap.
     pub async fn reconcile(&self) {
+        let work = self.plan().await;
+        futures::future::join_all(work.into_iter().map(
+            |(name, module, manifest, fingerprint, generation)| async move {
+                let prepared = prepare(&self.sandbox, &self.budget, &module, &manifest).await;
+                let _swap = self.pass.lock().await;
+                {
+                    let mut in_flight = self.in_flight.lock();
+                    if in_flight.get(&name).map(|(_, g)| *g) != Some(generation) {
+                        return;
+                    }
+                    in_flight.remove(&name);
+                }
+                let outcome = match prepared {
+                    Ok(prepared) => self.install(&name, prepared).await,
+                    Err(error) => Err(error),
+                };
+                self.settle(name, fingerprint, outcome).await;
+            },
+        ))
+        .await;
+    }
+
+    /// Under the lock: scans, undeploys removed pairs, and claims the new
+    /// and changed ones (name, module, manifest, fingerprint, generation).
+    async fn plan(&self) -> Vec<(String, PathBuf, PathBuf, String, u64)> {
         let _one_pass_at_a_time = self.pass.lock().await;
         let pairs = match scan(&self.dir) {
             Ok(pairs) => pairs,
             Err(error) => {
                 tracing::error!(dir = %self.dir.display(), %error, "cannot read the handlers directory");
-                return;
+                return Vec::new();
             }
         };
         let present: BTreeSet<String> = pairs.keys().cloned().collect();
+        self.in_flight
+            .lock()
+            .retain(|name, _| present.contains(name));
         let gone: Vec<String> = {
             let state = self.state.lock();
             state
@@ -301,8 +237,9 @@ impl Deployer {
         for name in gone {
             self.undeploy(&name).await;
         }
+        let mut work = Vec::new();
         for (name, (module, manifest)) in pairs {
-            let fingerprint = match fingerprint(&module, &manifest) {
+            let fingerprint = match fingerprint(&module, &manifest, self.budget.max_module) {
                 Ok(f) => f,
                 Err(error) => {
                     tracing::debug!(%name, %error, "pair not readable yet");
@@ -319,51 +256,66 @@ impl Deployer {
                     .rejected
                     .get(&name)
                     .is_some_and(|(f, _)| *f == fingerprint);
-                if same_deployed || same_rejected {
+                let same_compiling = self
+                    .in_flight
+                    .lock()
+                    .get(&name)
+                    .is_some_and(|(f, _)| *f == fingerprint);
+                if same_deployed || same_rejected || same_compiling {
                     continue;
                 }
             }
-            match self.deploy(&name, &module, &manifest).await {
-                Ok(pair) => {
-                    let mut state = self.state.lock();
-                    state.rejected.remove(&name);
-                    state.deployed.insert(name, (fingerprint, pair));
-                }
-                Err(error) => {
-                    let reason = with_causes(&error);
-                    tracing::error!(handler = %name, %reason, "handler rejected; the previous version keeps serving");
-                    let _ = self
-                        .queue
-                        .record_handler_event(
-                            HandlerEventKind::Rejected,
-                            None,
-                            Some(&name),
-                            None,
-                            Some(&reason),
-                        )
-                        .await
-                        .map_err(|e| tracing::warn!(error = %e, "could not record the rejection"));
-                    let rejection = Rejection {
-                        name: name.clone(),
-                        at: time(Utc::now()),
-                        reason,
-                    };
-                    self.state
-                        .lock()
-                        .rejected
-                        .insert(name, (fingerprint, rejection));
-                }
+            let generation = self.generation.fetch_add(1, Ordering::Relaxed);
+            self.in_flight
+                .lock()
+                .insert(name.clone(), (fingerprint.clone(), generation));
+            work.push((name, module, manifest, fingerprint, generation));
+        }
+        work
+    }
+
+    /// Records how a pair's deploy ended.
+    async fn settle(
+        &self,
+        name: String,
+        fingerprint: String,
+        outcome: Result<DeployedPair, DeployError>,
+    ) {
+        match outcome {
+            Ok(pair) => {
+                let mut state = self.state.lock();
+                state.rejected.remove(&name);
+                state.deployed.insert(name, (fingerprint, pair));
+            }
+            Err(error) => {
+                let reason = with_causes(&error);
+                tracing::error!(handler = %name, %reason, "handler rejected; the previous version keeps serving");
+                let _ = self
+                    .queue
+                    .record_handler_event(
+                        HandlerEventKind::Rejected,
+                        None,
+                        Some(&name),
+                        None,
+                        Some(&reason),
+                    )
+                    .await
+                    .map_err(|e| tracing::warn!(error = %e, "could not record the rejection"));
+                let rejection = Rejection {
+                    name: name.clone(),
+                    at: time(Utc::now()),
+                    reason,
+                };
+                self.state
+                    .lock()
+                    .rejected
+                    .insert(name, (fingerprint, rejection));
             }
         }
     }
 
-    async fn deploy(
-        &self,
-        name: &str,
-        module: &Path,
-        manifest: &Path,
-    ) -> Result<DeployedPair, DeployError> {
-        let prepared = prepare(&self.sandbox, module, manifest).await?;
+    /// Swaps a prepared pair into the registry (under the lock).
+    async fn install(&self, name: &str, prepared: Prepared) -> Result<DeployedPair, DeployError> {
         let manifest = &prepared.manifest;
         let grants = &manifest.capabilities.dirs;
         self.protected
@@ -541,7 +493,10 @@ impl Deployer {
                 }
                 () = tokio::time::sleep(RESCAN_INTERVAL) => {}
             }
-            self.reconcile().await;
+            // A pass returns only when its compiles are settled: run it
+            // beside the watch so the next change starts its own.
+            let deployer = Arc::clone(&self);
+            tokio::spawn(async move { deployer.reconcile().await });
         }
     }
 }
@@ -584,9 +539,21 @@ fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, (PathBuf, PathBuf)>> {
     Ok(pairs)
 }
 
-fn fingerprint(module: &Path, manifest: &Path) -> std::io::Result<String> {
+/// Digest of the pair's content. A module over `max_module` is not read:
+/// its size and modification time stand in for its bytes (it is refused
+/// anyway, and reading it every pass would cost what the limit prevents).
+fn fingerprint(module: &Path, manifest: &Path, max_module: u64) -> std::io::Result<String> {
     let mut hasher = Sha256::new();
-    hasher.update(std::fs::read(module)?);
+    let meta = std::fs::metadata(module)?;
+    if meta.len() > max_module {
+        hasher.update(format!(
+            "oversized:{}:{:?}",
+            meta.len(),
+            meta.modified().ok()
+        ));
+    } else {
+        hasher.update(std::fs::read(module)?);
+    }
     hasher.update([0u8]);
     hasher.update(std::fs::read(manifest)?);
     if let Ok(text) = std::fs::read_to_string(manifest) {

@@ -25,6 +25,10 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    if let cli::Command::CompileComponent(args) = &cli.command {
+        // No runtime and no tracing: the child compiles and exits.
+        return deploy::compile::child_main(args);
+    }
     init_tracing(&cli.command);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

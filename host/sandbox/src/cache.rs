@@ -48,6 +48,22 @@ pub(crate) fn load(engine: &Engine, path: &Path) -> Option<Component> {
     }
 }
 
+/// Loads an artifact made by [`crate::precompile`] (see
+/// [`Sandbox::load_compiled_by`](crate::Sandbox::load_compiled_by)).
+pub(crate) fn from_artifact(engine: &Engine, artifact: &[u8]) -> Result<Component, SandboxError> {
+    // SAFETY: the caller of `load_compiled_by` vouches that the artifact was
+    // made by `precompile` in a host-controlled process and stored where
+    // only the host writes; wasmtime checks the format, version and engine
+    // compatibility hash before using it.
+    #[allow(unsafe_code)]
+    let loaded = unsafe { Component::deserialize(engine, artifact) };
+    loaded.map_err(|e| {
+        SandboxError::Compile(format!(
+            "the separately compiled artifact does not load ({e:#}); the compile process must run the same boxcar build with the same sandbox settings"
+        ))
+    })
+}
+
 /// Writes a compiled component atomically.
 pub(crate) fn store(dir: &Path, path: &Path, component: &Component) -> Result<(), SandboxError> {
     let err = |message: String| SandboxError::Cache {

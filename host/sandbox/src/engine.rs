@@ -38,6 +38,10 @@ use crate::{
     Capabilities, HandlerLimits, SandboxConfig, SandboxError, ScratchMode,
 };
 
+/// Turns component bytes into an artifact of [`precompile`](crate::precompile)
+/// (see [`Sandbox::load_compiled_by`]).
+pub type Compiler<'a> = dyn Fn(&[u8]) -> Result<Vec<u8>, SandboxError> + 'a;
+
 /// Engine state shared by the sandbox and its loaded handlers.
 pub(crate) struct Shared {
     pub(crate) engine: Engine,
@@ -112,12 +116,7 @@ impl Sandbox {
             config.scratch_mode,
         )?;
         let engine_err = |e: wasmtime::Error| SandboxError::Engine(format!("{e:#}"));
-        let mut wc = wasmtime::Config::new();
-        wc.wasm_component_model(true)
-            .epoch_interruption(config.epoch_interruption)
-            .consume_fuel(config.fuel)
-            .max_wasm_stack(config.max_wasm_stack)
-            .async_stack_size(config.max_wasm_stack.max(1 << 20) + (1 << 20));
+        let mut wc = crate::precompile::engine_config(&config.codegen());
         if config.pooling {
             // Every pool slot can hold one job's share, and no component may
             // hold more than that share: a job cannot take what other jobs'
@@ -270,6 +269,39 @@ impl Sandbox {
         limits: HandlerLimits,
         caps: Capabilities,
     ) -> Result<(Arc<LoadedHandler>, LoadReport), SandboxError> {
+        self.load_inner(bytes, limits, caps, None)
+    }
+
+    /// [`Sandbox::load_with_report`], but a cache miss is compiled by
+    /// `compile` — typically [`precompile`](crate::precompile) in a separate
+    /// process with memory and time limits — and its artifact loaded here.
+    ///
+    /// Trust: loading an artifact runs native code. `compile` must return
+    /// what [`precompile`](crate::precompile) made with this sandbox's
+    /// [`SandboxConfig::codegen`] settings, written where only the host can
+    /// write (like the compile cache). wasmtime refuses an artifact of other
+    /// settings or another version.
+    ///
+    /// # Errors
+    /// As [`Sandbox::load`], plus whatever `compile` returns, and
+    /// [`SandboxError::Compile`] when the artifact does not load.
+    pub fn load_compiled_by(
+        &self,
+        bytes: &[u8],
+        limits: HandlerLimits,
+        caps: Capabilities,
+        compile: &Compiler<'_>,
+    ) -> Result<(Arc<LoadedHandler>, LoadReport), SandboxError> {
+        self.load_inner(bytes, limits, caps, Some(compile))
+    }
+
+    fn load_inner(
+        &self,
+        bytes: &[u8],
+        limits: HandlerLimits,
+        caps: Capabilities,
+        compile: Option<&Compiler<'_>>,
+    ) -> Result<(Arc<LoadedHandler>, LoadReport), SandboxError> {
         let shared = &self.shared;
         limits.validate(&shared.config)?;
         caps.validate()?;
@@ -299,14 +331,18 @@ impl Sandbox {
                 c
             }
             None => {
-                let c = Component::new(&shared.engine, bytes).map_err(|e| {
+                let pool_share = |e: wasmtime::Error| {
                     let message = format!("{e:#}");
                     if shared.config.pooling && message.contains("in the pooling allocator") {
                         SandboxError::PoolShare(message)
                     } else {
                         SandboxError::Compile(message)
                     }
-                })?;
+                };
+                let c = match compile {
+                    None => Component::new(&shared.engine, bytes).map_err(pool_share)?,
+                    Some(compile) => cache::from_artifact(&shared.engine, &compile(bytes)?)?,
+                };
                 shared.compiles.fetch_add(1, Ordering::Relaxed);
                 if let Some((dir, path)) = &cache_path {
                     if let Err(e) = cache::store(dir, path, &c) {

@@ -19,6 +19,11 @@ pub enum SandboxError {
     /// The bytes are not a valid WebAssembly component.
     #[error("not a valid WebAssembly component (build it for wasm32-wasip2, or with a component toolchain): {0}")]
     Compile(String),
+    /// A separate compile of the module was stopped (memory or time budget
+    /// exceeded, or the compile process failed); the message says which
+    /// and what to change.
+    #[error("{0}")]
+    CompileAborted(String),
     /// The component does not implement the `boxcar:handler/handler` world.
     #[error("the component does not implement the boxcar:handler@0.1.0 `handler` world: {0}")]
     World(String),

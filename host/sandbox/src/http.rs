@@ -9,6 +9,12 @@
 //!   host never follows redirects itself — is checked against the list
 //!   *before* any DNS lookup or connection. A refused request fails with
 //!   `HTTP-request-denied` in the guest and a `warn` line in the job's log.
+//! - Then the host resolves the name itself and keeps only the addresses
+//!   the policy allows: public ones, and internal ones (see
+//!   [`internal_address`](crate::internal_address)) only when an entry with
+//!   the same scheme and port names that address or its range. With none
+//!   left the request is refused the same way. The connection goes to a
+//!   kept address ([`crate::connect`]), never to a fresh lookup.
 //! - Connect / first-byte / between-bytes timeouts are clamped to the time
 //!   left before the job's deadline; the run itself is dropped at the
 //!   deadline or on cancel, which drops the store and aborts the request's
@@ -25,15 +31,24 @@ use std::{
     time::Instant,
 };
 
+use std::net::{IpAddr, SocketAddr};
+
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use wasmtime_wasi_http::{Error as HttpErrorCode, RequestOptions, WasiBody, WasiHttpHooks};
 
-use crate::output::{truncate, Level, LogSink};
+use crate::{
+    connect::{self, Timeouts},
+    egress::{internal_address, IpRange},
+    output::{truncate, Level, LogSink},
+};
 
-/// One allowed destination: `scheme://host[:port]`, where `host` may be a
-/// `*.example.com` wildcard (any subdomain of `example.com`, not the apex).
-/// The port defaults to the scheme's (80 / 443).
+/// One allowed destination: `scheme://host[:port]`, where `host` is a name,
+/// a `*.example.com` wildcard (any subdomain of `example.com`, not the
+/// apex), an IP address (`127.0.0.1`, `[::1]`) or an address range
+/// (`10.0.0.0/8`, `[fd00::/8]`). The port defaults to the scheme's
+/// (80 / 443). Only an address or range entry makes internal addresses
+/// (loopback, private, link-local, ...) reachable.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct HttpOrigin {
     https: bool,
@@ -46,6 +61,8 @@ enum HostPattern {
     Exact(String),
     /// `*.suffix`: stores `.suffix`.
     Subdomains(String),
+    /// An IP address or range.
+    Addr(IpRange),
 }
 
 impl HttpOrigin {
@@ -56,7 +73,7 @@ impl HttpOrigin {
     pub fn parse(text: &str) -> Result<Self, String> {
         let bad = |why: &str| {
             Err(format!(
-                "`{}` {why}; write scheme://host[:port], e.g. https://api.example.com or http://127.0.0.1:8089 or https://*.example.com",
+                "`{}` {why}; write scheme://host[:port], e.g. https://api.example.com, https://*.example.com, http://127.0.0.1:8089 or http://10.0.0.0/8:8080",
                 truncate(text, 200).escape_debug()
             ))
         };
@@ -72,32 +89,72 @@ impl HttpOrigin {
         if authority.is_empty() {
             return bad("has no host");
         }
-        if authority.contains(['/', '?', '#', '@']) || authority.chars().any(char::is_whitespace) {
+        if authority.contains(['?', '#', '@']) || authority.chars().any(char::is_whitespace) {
             return bad("may hold only a host and port (no path, query, user or spaces)");
         }
         let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
             let Some((addr, after)) = v6.split_once(']') else {
                 return bad("has an unclosed `[`");
             };
-            if addr.is_empty()
-                || !addr
-                    .chars()
-                    .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
-            {
-                return bad("has an invalid IPv6 address");
-            }
+            let range = match addr.split_once('/') {
+                Some((addr, prefix)) => IpRange::parse(addr, prefix),
+                None => addr
+                    .parse::<std::net::Ipv6Addr>()
+                    .map(|ip| IpRange::single(IpAddr::V6(ip)))
+                    .map_err(|_| "has an invalid IPv6 address"),
+            };
+            let range = match range {
+                Ok(r) => r,
+                Err(why) => return bad(why),
+            };
             let port = match after {
                 "" => None,
                 p => match p.strip_prefix(':') {
-                    Some(p) => Some(p),
+                    Some(p) => Some(p.to_string()),
                     None => return bad("has text after the IPv6 address"),
                 },
             };
-            (format!("[{}]", addr.to_ascii_lowercase()), port)
+            (HostPattern::Addr(range), port)
+        } else if let Some((addr, rest)) = authority.split_once('/') {
+            if addr.parse::<std::net::Ipv4Addr>().is_err() {
+                return bad("may hold only a host and port (no path, query, user or spaces)");
+            }
+            let (prefix, port) = match rest.split_once(':') {
+                Some((prefix, port)) => (prefix, Some(port.to_string())),
+                None => (rest, None),
+            };
+            match IpRange::parse(addr, prefix) {
+                Ok(r) => (HostPattern::Addr(r), port),
+                Err(why) => return bad(why),
+            }
         } else {
-            match authority.rsplit_once(':') {
-                Some((h, p)) => (h.to_ascii_lowercase(), Some(p)),
+            let (host, port) = match authority.rsplit_once(':') {
+                Some((h, p)) => (h.to_ascii_lowercase(), Some(p.to_string())),
                 None => (authority.to_ascii_lowercase(), None),
+            };
+            if let Ok(ip) = host.parse::<std::net::Ipv4Addr>() {
+                (HostPattern::Addr(IpRange::single(IpAddr::V4(ip))), port)
+            } else {
+                let (wild, name) = match host.strip_prefix("*.") {
+                    Some(name) => (true, name),
+                    None => (false, host.as_str()),
+                };
+                let name = name.strip_suffix('.').unwrap_or(name);
+                let label_ok = |l: &str| {
+                    !l.is_empty()
+                        && l.len() <= 63
+                        && l.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                };
+                if name.is_empty() || !name.split('.').all(label_ok) {
+                    return bad("has an invalid host name (a `*.` wildcard may only start it)");
+                }
+                let pattern = if wild {
+                    HostPattern::Subdomains(format!(".{name}"))
+                } else {
+                    HostPattern::Exact(name.to_string())
+                };
+                (pattern, port)
             }
         };
         let port = match port {
@@ -113,62 +170,88 @@ impl HttpOrigin {
                 _ => return bad("has a port that is not 1..=65535"),
             },
         };
-        let host = if host.starts_with('[') {
-            HostPattern::Exact(host)
-        } else {
-            let (wild, name) = match host.strip_prefix("*.") {
-                Some(name) => (true, name),
-                None => (false, host.as_str()),
-            };
-            let name = name.strip_suffix('.').unwrap_or(name);
-            let label_ok = |l: &str| {
-                !l.is_empty()
-                    && l.len() <= 63
-                    && l.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-            };
-            if name.is_empty() || !name.split('.').all(label_ok) {
-                return bad("has an invalid host name (a `*.` wildcard may only start it)");
-            }
-            if wild {
-                HostPattern::Subdomains(format!(".{name}"))
-            } else {
-                HostPattern::Exact(name.to_string())
-            }
-        };
         Ok(Self { https, host, port })
     }
 
-    /// True when a request to `scheme://host:port` is covered.
-    fn allows(&self, https: bool, host: &str, port: u16) -> bool {
+    /// True when a request to `scheme://host:port` is covered. `host` is
+    /// lower case without a trailing dot; an IP literal is matched by
+    /// address only.
+    fn allows(&self, https: bool, host: &RequestHost, port: u16) -> bool {
         if self.https != https || self.port != port {
             return false;
         }
-        match &self.host {
-            HostPattern::Exact(h) => h == host,
-            HostPattern::Subdomains(suffix) => {
+        match (&self.host, host) {
+            (HostPattern::Exact(h), RequestHost::Name(host)) => h == host,
+            (HostPattern::Subdomains(suffix), RequestHost::Name(host)) => {
                 host.len() > suffix.len() && host.ends_with(suffix.as_str())
             }
+            (HostPattern::Addr(range), RequestHost::Ip(ip)) => range.contains(*ip),
+            _ => false,
         }
+    }
+
+    /// True when this entry names `ip` (or a range holding it) for
+    /// `scheme://…:port`.
+    fn names_address(&self, https: bool, port: u16, ip: IpAddr) -> bool {
+        self.https == https
+            && self.port == port
+            && matches!(&self.host, HostPattern::Addr(range) if range.contains(ip))
     }
 }
 
 impl fmt::Display for HttpOrigin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let scheme = if self.https { "https" } else { "http" };
-        let host = match &self.host {
-            HostPattern::Exact(h) => h.as_str(),
-            HostPattern::Subdomains(s) => {
-                f.write_str(scheme)?;
-                f.write_str("://*")?;
-                return write!(f, "{s}:{}", self.port);
-            }
-        };
-        write!(f, "{scheme}://{host}:{}", self.port)
+        match &self.host {
+            HostPattern::Exact(h) => write!(f, "{scheme}://{h}:{}", self.port),
+            HostPattern::Subdomains(s) => write!(f, "{scheme}://*{s}:{}", self.port),
+            HostPattern::Addr(range) => write!(f, "{scheme}://{range}:{}", self.port),
+        }
     }
 }
 
-/// Per-job `wasi:http` hooks: the allow-list check, timeouts and body cap.
+/// The host of a request: a name (lower case, no trailing dot) or an IP
+/// literal (canonical: an IPv4-mapped IPv6 address is its IPv4 address).
+#[derive(Debug)]
+enum RequestHost {
+    Name(String),
+    Ip(IpAddr),
+}
+
+impl RequestHost {
+    fn of(host: &str) -> Self {
+        let host = host.to_ascii_lowercase();
+        let bare = host
+            .strip_prefix('[')
+            .and_then(|h| h.strip_suffix(']'))
+            .unwrap_or(&host);
+        match bare.parse::<IpAddr>() {
+            Ok(ip) => Self::Ip(crate::egress::canonical(ip)),
+            Err(_) => Self::Name(host.strip_suffix('.').unwrap_or(&host).to_string()),
+        }
+    }
+
+    /// The form to resolve and to name in TLS: no brackets.
+    fn bare(&self) -> String {
+        match self {
+            Self::Name(n) => n.clone(),
+            Self::Ip(ip) => ip.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for RequestHost {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Name(n) => f.write_str(truncate(n, 256)),
+            Self::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]"),
+            Self::Ip(ip) => write!(f, "{ip}"),
+        }
+    }
+}
+
+/// Per-job `wasi:http` hooks: the allow-list check, address check,
+/// timeouts and body cap.
 pub(crate) struct HttpPolicy {
     pub(crate) allowed: Arc<[HttpOrigin]>,
     pub(crate) max_body: u64,
@@ -178,35 +261,81 @@ pub(crate) struct HttpPolicy {
 
 type SendFuture = Box<
     dyn std::future::Future<
-            Output = Result<
-                (
-                    http::Response<WasiBody>,
-                    Box<dyn std::future::Future<Output = Result<(), HttpErrorCode>> + Send>,
-                ),
-                HttpErrorCode,
-            >,
+            Output = Result<(http::Response<WasiBody>, connect::IoFuture), HttpErrorCode>,
         > + Send,
 >;
 
+/// A request that passed the name check.
+struct Destination {
+    https: bool,
+    host: RequestHost,
+    port: u16,
+}
+
+impl Destination {
+    fn origin(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}:{}", self.host, self.port)
+    }
+}
+
+/// Splits resolved addresses into those `allowed` lets the host connect to
+/// and the refused ones with the reason.
+fn check_addresses(
+    allowed: &[HttpOrigin],
+    dest: &Destination,
+    addrs: Vec<SocketAddr>,
+) -> (Vec<SocketAddr>, Vec<(SocketAddr, &'static str)>) {
+    let mut ok = Vec::new();
+    let mut refused = Vec::new();
+    for addr in addrs {
+        let ip = crate::egress::canonical(addr.ip());
+        match internal_address(ip) {
+            Some(why)
+                if !allowed
+                    .iter()
+                    .any(|o| o.names_address(dest.https, dest.port, ip)) =>
+            {
+                refused.push((SocketAddr::new(ip, addr.port()), why));
+            }
+            _ => ok.push(SocketAddr::new(ip, addr.port())),
+        }
+    }
+    (ok, refused)
+}
+
 impl HttpPolicy {
-    /// `Some(origin text)` of a request this policy refuses.
-    fn refusal(&self, uri: &http::Uri) -> Option<String> {
+    /// The destination of a request, or the origin text of one this
+    /// policy refuses by name.
+    fn destination(&self, uri: &http::Uri) -> Result<Destination, String> {
         let https = match uri.scheme_str() {
             Some(s) if s.eq_ignore_ascii_case("https") => true,
             Some(s) if s.eq_ignore_ascii_case("http") => false,
-            other => return Some(format!("{}://…", other.unwrap_or("?"))),
+            other => return Err(format!("{}://…", other.unwrap_or("?"))),
         };
         let Some(host) = uri.host() else {
-            return Some("a request without a host".into());
+            return Err("a request without a host".into());
         };
-        let host = host.to_ascii_lowercase();
-        let host = host.strip_suffix('.').unwrap_or(&host);
+        let host = RequestHost::of(host);
         let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
-        if self.allowed.iter().any(|o| o.allows(https, host, port)) {
-            return None;
+        let dest = Destination { https, host, port };
+        if self
+            .allowed
+            .iter()
+            .any(|o| o.allows(https, &dest.host, port))
+        {
+            Ok(dest)
+        } else {
+            Err(dest.origin())
         }
-        let scheme = if https { "https" } else { "http" };
-        Some(format!("{scheme}://{}:{port}", truncate(host, 256)))
+    }
+
+    fn grants(&self) -> String {
+        self.allowed
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -218,36 +347,56 @@ impl WasiHttpHooks for HttpPolicy {
         fut: Box<dyn std::future::Future<Output = Result<(), HttpErrorCode>> + Send>,
     ) -> SendFuture {
         drop(fut);
-        if let Some(origin) = self.refusal(request.uri()) {
-            let line = if self.allowed.is_empty() {
-                format!("outbound HTTP to {origin} refused: this handler has no capabilities.http grant")
-            } else {
-                format!(
-                    "outbound HTTP to {origin} refused: not in capabilities.http ({})",
-                    self.allowed
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
-            // Past the log budget the line is dropped; the refusal stands.
-            let _ = self.log.log(Level::Warn, &line);
-            return Box::new(async { Err(HttpErrorCode::HttpRequestDenied) });
-        }
+        let dest = match self.destination(request.uri()) {
+            Ok(dest) => dest,
+            Err(origin) => {
+                let line = if self.allowed.is_empty() {
+                    format!("outbound HTTP to {origin} refused: this handler has no capabilities.http grant")
+                } else {
+                    format!(
+                        "outbound HTTP to {origin} refused: not in capabilities.http ({})",
+                        self.grants()
+                    )
+                };
+                // Past the log budget the line is dropped; the refusal stands.
+                let _ = self.log.log(Level::Warn, &line);
+                return Box::new(async { Err(HttpErrorCode::HttpRequestDenied) });
+            }
+        };
         let left = self.deadline.saturating_duration_since(Instant::now());
-        let clamp = |d: Option<std::time::Duration>| Some(d.map_or(left, |d| d.min(left)));
-        let options = RequestOptions {
-            connect_timeout: clamp(options.and_then(|o| o.connect_timeout)),
-            first_byte_timeout: clamp(options.and_then(|o| o.first_byte_timeout)),
-            between_bytes_timeout: clamp(options.and_then(|o| o.between_bytes_timeout)),
+        let clamp = |d: Option<std::time::Duration>| d.map_or(left, |d| d.min(left));
+        let timeouts = Timeouts {
+            connect: clamp(options.and_then(|o| o.connect_timeout)),
+            first_byte: clamp(options.and_then(|o| o.first_byte_timeout)),
+            between_bytes: clamp(options.and_then(|o| o.between_bytes_timeout)),
         };
         let max = self.max_body;
+        let allowed = Arc::clone(&self.allowed);
+        let log = Arc::clone(&self.log);
         Box::new(async move {
-            use http_body_util::BodyExt;
-
+            let host = dest.host.bare();
+            let addrs = connect::resolve(&host, dest.port, timeouts.connect).await?;
+            let (addrs, refused) = check_addresses(&allowed, &dest, addrs);
+            if addrs.is_empty() {
+                let list = refused
+                    .iter()
+                    .map(|(a, why)| format!("{} ({why})", a.ip()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let scheme = if dest.https { "https" } else { "http" };
+                let example = refused.first().map_or(String::new(), |(a, _)| {
+                    format!(", e.g. {scheme}://{}", SocketAddr::new(a.ip(), dest.port))
+                });
+                let line = format!(
+                    "outbound HTTP to {} refused: {} resolves to {list}, an internal address; capabilities.http reaches internal addresses only when it lists the address or its range{example}",
+                    dest.origin(),
+                    dest.host,
+                );
+                let _ = log.log(Level::Warn, &line);
+                return Err(HttpErrorCode::HttpRequestDenied);
+            }
             let (response, io) =
-                wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
+                connect::send(request, &addrs, &host, dest.https, timeouts).await?;
             let declared = response
                 .headers()
                 .get(http::header::CONTENT_LENGTH)
@@ -257,17 +406,15 @@ impl WasiHttpHooks for HttpPolicy {
                 return Err(HttpErrorCode::HttpResponseBodySize(declared));
             }
             let response = response.map(|body| {
+                use http_body_util::BodyExt;
                 CappedBody {
-                    inner: body.boxed_unsync(),
+                    inner: body,
                     left: max,
                     max,
                 }
                 .boxed_unsync()
             });
-            Ok((
-                response,
-                Box::new(io) as Box<dyn std::future::Future<Output = _> + Send>,
-            ))
+            Ok((response, io))
         })
     }
 }
@@ -314,24 +461,84 @@ impl Body for CappedBody {
 
 #[cfg(test)]
 mod tests {
-    use super::HttpOrigin;
+    use super::{check_addresses, Destination, HttpOrigin, RequestHost};
+
+    #[test]
+    fn resolved_addresses_are_kept_only_when_public_or_named() {
+        let allowed = [
+            HttpOrigin::parse("http://internal.example").expect("name"),
+            HttpOrigin::parse("http://10.0.0.0/8").expect("range"),
+        ];
+        let dest = Destination {
+            https: false,
+            host: RequestHost::of("internal.example"),
+            port: 80,
+        };
+        let addrs = [
+            "10.1.2.3:80",
+            "192.168.0.1:80",
+            "8.8.8.8:80",
+            "[::ffff:169.254.169.254]:80",
+            "[::ffff:10.9.9.9]:80",
+        ]
+        .map(|a| a.parse().expect("addr"))
+        .to_vec();
+        let (ok, refused) = check_addresses(&allowed, &dest, addrs);
+        let ok: Vec<String> = ok.iter().map(ToString::to_string).collect();
+        assert_eq!(ok, ["10.1.2.3:80", "8.8.8.8:80", "10.9.9.9:80"]);
+        let refused: Vec<String> = refused
+            .iter()
+            .map(|(a, why)| format!("{a} {why}"))
+            .collect();
+        assert_eq!(
+            refused,
+            ["192.168.0.1:80 private", "169.254.169.254:80 link-local"]
+        );
+        // The range is for its scheme: over https nothing internal is kept.
+        let tls = Destination {
+            https: true,
+            host: RequestHost::of("internal.example"),
+            port: 80,
+        };
+        let (ok, _) = check_addresses(&allowed, &tls, vec!["10.1.2.3:80".parse().expect("addr")]);
+        assert!(ok.is_empty());
+    }
+
+    fn allows(o: &HttpOrigin, https: bool, host: &str, port: u16) -> bool {
+        o.allows(https, &RequestHost::of(host), port)
+    }
 
     #[test]
     fn origins_parse_and_match() {
         let o = HttpOrigin::parse("https://API.example.com/").expect("parses");
-        assert!(o.allows(true, "api.example.com", 443));
-        assert!(!o.allows(false, "api.example.com", 443));
-        assert!(!o.allows(true, "api.example.com", 8443));
+        assert!(allows(&o, true, "api.example.com", 443));
+        assert!(allows(&o, true, "API.example.com.", 443));
+        assert!(!allows(&o, false, "api.example.com", 443));
+        assert!(!allows(&o, true, "api.example.com", 8443));
         assert_eq!(o.to_string(), "https://api.example.com:443");
         let w = HttpOrigin::parse("https://*.example.com").expect("parses");
-        assert!(w.allows(true, "a.b.example.com", 443));
-        assert!(!w.allows(true, "example.com", 443));
-        assert!(!w.allows(true, "evilexample.com", 443));
+        assert!(allows(&w, true, "a.b.example.com", 443));
+        assert!(!allows(&w, true, "example.com", 443));
+        assert!(!allows(&w, true, "evilexample.com", 443));
         let l = HttpOrigin::parse("http://127.0.0.1:8089").expect("parses");
-        assert!(l.allows(false, "127.0.0.1", 8089));
-        assert!(HttpOrigin::parse("http://[::1]:80")
-            .expect("v6")
-            .allows(false, "[::1]", 80));
+        assert!(allows(&l, false, "127.0.0.1", 8089));
+        assert!(allows(&l, false, "[::ffff:127.0.0.1]", 8089));
+        assert!(!allows(&l, false, "localhost", 8089));
+        assert!(allows(
+            &HttpOrigin::parse("http://[::1]:80").expect("v6"),
+            false,
+            "[::1]",
+            80
+        ));
+        let net = HttpOrigin::parse("http://10.0.0.0/8:8080").expect("v4 range");
+        assert_eq!(net.to_string(), "http://10.0.0.0/8:8080");
+        assert!(allows(&net, false, "10.9.8.7", 8080));
+        assert!(!allows(&net, false, "10.9.8.7", 80));
+        assert!(net.names_address(false, 8080, "10.1.1.1".parse().expect("ip")));
+        assert!(!net.names_address(true, 8080, "10.1.1.1".parse().expect("ip")));
+        let net6 = HttpOrigin::parse("https://[fd00::/8]").expect("v6 range");
+        assert_eq!(net6.to_string(), "https://[fd00::/8]:443");
+        assert!(allows(&net6, true, "[fd12::3]", 443));
         for bad in [
             "api.example.com",
             "ftp://x",
@@ -342,6 +549,10 @@ mod tests {
             "https://x:99999",
             "https://a.*.com",
             "https://*",
+            "https://10.0.0.1/8",
+            "https://10.0.0.0/33",
+            "https://[fd00::/8",
+            "https://example.com/8",
         ] {
             assert!(HttpOrigin::parse(bad).is_err(), "{bad} should be refused");
         }

@@ -12,7 +12,8 @@
 //!   memory cap per job, summed over all its linear memories), and
 //!   log/progress/result/enqueue sizes in the host interface. WASI grants
 //!   clocks and random, plus only what the handler's [`Capabilities`] name
-//!   (outbound HTTP to listed origins, preopened directories, a per-job
+//!   (outbound HTTP to listed origins — never to an internal address the
+//!   list does not name —, preopened directories, a per-job
 //!   scratch `/tmp`, environment variables); stdout/stderr go to the job's
 //!   bounded log.
 //! - [`Sandbox::reserve_instances`] gives each handler its share of the
@@ -27,11 +28,14 @@ mod bindings;
 mod budget;
 mod cache;
 mod config;
+mod connect;
+mod egress;
 mod engine;
 mod error;
 mod host_impl;
 mod http;
 mod output;
+mod precompile;
 mod run;
 mod scratch;
 mod state;
@@ -43,7 +47,9 @@ pub use budget::InstanceReservation;
 pub use config::{
     Capabilities, DirGrant, DirMode, HandlerLimits, SandboxConfig, ScratchMode, SCRATCH_GUEST_PATH,
 };
-pub use engine::{LoadReport, Sandbox};
+pub use egress::internal_address;
+pub use engine::{Compiler, LoadReport, Sandbox};
 pub use error::SandboxError;
 pub use http::HttpOrigin;
+pub use precompile::{precompile, CodegenSettings};
 pub use run::LoadedHandler;

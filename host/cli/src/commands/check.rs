@@ -32,7 +32,8 @@ pub async fn run(context: Context, args: CheckArgs) -> anyhow::Result<()> {
     let sandbox = Arc::new(Sandbox::new(sandbox_glue::sandbox_config(
         &context.config.sandbox,
     ))?);
-    let prepared = deploy::prepare(&sandbox, &module, &manifest).await?;
+    let budget = deploy::compile::CompileBudget::from_settings(&context.config.sandbox);
+    let prepared = deploy::prepare(&sandbox, &budget, &module, &manifest).await?;
     let m = &prepared.manifest;
     if context.json {
         println!(

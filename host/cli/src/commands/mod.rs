@@ -173,5 +173,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Examples { command } => examples::run(context, command),
         Command::Demo(args) => crate::demo::run(args).await,
         Command::Bench(args) => bench::run(context, args).await,
+        Command::CompileComponent(_) => Err(usage(
+            "compile-component is internal: boxcar runs it as a child process",
+        )),
     }
 }

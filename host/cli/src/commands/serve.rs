@@ -18,7 +18,7 @@ use crate::{
     api::{self, AppState, Metrics},
     cli::ServeArgs,
     config::DEFAULT_LISTEN,
-    deploy::Deployer,
+    deploy::{compile::CompileBudget, Deployer},
     sandbox_glue,
 };
 
@@ -71,7 +71,13 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
                 )));
             }
             let sandbox = Arc::new(Sandbox::new(sandbox_glue::sandbox_config(&config.sandbox))?);
-            let deployer = Deployer::new(dir.clone(), sandbox, registry.clone(), queue.clone());
+            let deployer = Deployer::new(
+                dir.clone(),
+                sandbox,
+                registry.clone(),
+                queue.clone(),
+                CompileBudget::from_settings(&config.sandbox),
+            );
             deployer.protect_database(&context.db);
             deployer.reconcile().await;
             tokio::spawn(deployer.clone().watch(stop.clone()));

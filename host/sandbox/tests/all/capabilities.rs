@@ -13,11 +13,11 @@ use boxcar_sandbox::{Capabilities, DirGrant, DirMode, HandlerLimits, LimitKind, 
 use crate::common::{captured_logs, job, load_with, new_ctx, scratch_dir};
 use crate::http_server::{assert_refused, http_caps, TestServer};
 
-fn fetch(url: &str) -> String {
+pub(crate) fn fetch(url: &str) -> String {
     serde_json::json!({ "url": url }).to_string()
 }
 
-fn result_json(outcome: &Outcome) -> serde_json::Value {
+pub(crate) fn result_json(outcome: &Outcome) -> serde_json::Value {
     match outcome {
         Outcome::Succeeded { result: Some(r) } => serde_json::from_str(r).expect("JSON result"),
         other => panic!("expected a result, got {other:?}"),

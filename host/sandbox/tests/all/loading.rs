@@ -122,3 +122,77 @@ async fn fuel_runs_out_on_a_spinning_guest() {
         .await;
     assert_eq!(outcome, boxcar_sandbox::Outcome::FuelExhausted);
 }
+
+#[tokio::test]
+async fn a_separately_compiled_artifact_loads_into_a_pooling_sandbox() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sandbox = Sandbox::new(SandboxConfig {
+        cache_dir: Some(dir.path().to_path_buf()),
+        pool_instances: 4,
+        ..SandboxConfig::default()
+    })
+    .expect("sandbox");
+    let settings = boxcar_sandbox::CodegenSettings::parse(&sandbox.config().codegen().to_string())
+        .expect("settings round-trip");
+    let bytes = boxcar_examples::bytes("echo");
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let compile = |wasm: &[u8]| {
+        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        boxcar_sandbox::precompile(&settings, wasm)
+    };
+    let (handler, report) = sandbox
+        .load_compiled_by(
+            &bytes,
+            HandlerLimits::default(),
+            Capabilities::default(),
+            &compile,
+        )
+        .expect("the artifact loads");
+    assert!(!report.cache_hit);
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let (ctx, _) = crate::common::new_ctx();
+    let outcome = handler
+        .run(
+            crate::common::job("echo", r#"{"a":1}"#, std::time::Duration::from_secs(10)),
+            ctx,
+        )
+        .await;
+    assert!(
+        matches!(outcome, boxcar_sandbox::Outcome::Succeeded { .. }),
+        "{outcome:?}"
+    );
+    // Cached now: the compiler is not called again.
+    sandbox
+        .load_compiled_by(
+            &bytes,
+            HandlerLimits::default(),
+            Capabilities::default(),
+            &compile,
+        )
+        .expect("cache hit");
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    // An artifact of other codegen settings is refused, not run.
+    let other = Sandbox::new(SandboxConfig {
+        pooling: false,
+        ..SandboxConfig::default()
+    })
+    .expect("sandbox");
+    let fuel = boxcar_sandbox::CodegenSettings {
+        fuel: true,
+        ..other.config().codegen()
+    };
+    let refused = other.load_compiled_by(
+        &bytes,
+        HandlerLimits::default(),
+        Capabilities::default(),
+        &|wasm: &[u8]| boxcar_sandbox::precompile(&fuel, wasm),
+    );
+    match refused {
+        Err(SandboxError::Compile(message)) => {
+            assert!(message.contains("does not load"), "{message}");
+        }
+        Err(other) => panic!("expected a compile error, got {other}"),
+        Ok(_) => panic!("an artifact of other settings must not load"),
+    }
+}

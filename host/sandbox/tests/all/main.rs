@@ -5,6 +5,7 @@
 mod boundary;
 mod capabilities;
 mod common;
+mod egress;
 mod hostile;
 #[path = "../support/http_server.rs"]
 mod http_server;
@@ -12,6 +13,6 @@ mod loading;
 mod logs;
 mod memory;
 mod outcomes;
-mod scratch;
 mod pool;
+mod scratch;
 mod timing;
