@@ -41,35 +41,43 @@ fn assert_log_limit(what: &str, outcome: &Outcome) {
     }
 }
 
-#[tokio::test]
-async fn empty_log_flood_is_stopped_at_the_line_budget() {
-    let _cpu = CPU.lock().await;
-    let id = "job-logs-empty-flood";
-    let (outcome, took) = attack(id, r#"{"attack":"empty-logs","count":1000000}"#).await;
-    assert_log_limit("empty logs", &outcome);
-    assert!(took < Duration::from_secs(5), "took {took:?}");
+/// Runs a line flood as job `id`: it must end at the log limit within 5 s
+/// with at most `max_log_lines` lines in the host log; returns how many
+/// reached it.
+async fn flood_stops_at_the_line_cap(what: &str, id: &str, payload: &str) -> usize {
+    let (outcome, took) = attack(id, payload).await;
+    assert_log_limit(what, &outcome);
+    assert!(took < Duration::from_secs(5), "{what}: took {took:?}");
     let written = lines_of(id).len();
     let cap = HandlerLimits::default().max_log_lines;
     assert!(
         written <= cap,
-        "{written} lines reached the host log; cap {cap}"
+        "{what}: {written} lines reached the host log; cap {cap}"
     );
+    written
+}
+
+#[tokio::test]
+async fn empty_log_flood_is_stopped_at_the_line_budget() {
+    let _cpu = CPU.lock().await;
+    let written = flood_stops_at_the_line_cap(
+        "empty logs",
+        "job-logs-empty-flood",
+        r#"{"attack":"empty-logs","count":1000000}"#,
+    )
+    .await;
     assert!(written > 0, "lines before the cap are kept");
 }
 
 #[tokio::test]
 async fn stdout_newline_flood_is_stopped_at_the_line_budget() {
     let _cpu = CPU.lock().await;
-    let id = "job-logs-newline-flood";
-    let (outcome, took) = attack(id, r#"{"attack":"stdout-newlines","count":1000000}"#).await;
-    assert_log_limit("stdout newlines", &outcome);
-    assert!(took < Duration::from_secs(5), "took {took:?}");
-    let written = lines_of(id).len();
-    let cap = HandlerLimits::default().max_log_lines;
-    assert!(
-        written <= cap,
-        "{written} lines reached the host log; cap {cap}"
-    );
+    flood_stops_at_the_line_cap(
+        "stdout newlines",
+        "job-logs-newline-flood",
+        r#"{"attack":"stdout-newlines","count":1000000}"#,
+    )
+    .await;
 }
 
 #[tokio::test]
