@@ -8,8 +8,8 @@ mod api;
 mod cli;
 mod commands;
 mod config;
-mod demo;
 mod deploy;
+mod error;
 mod manifest;
 mod output;
 mod protected;
@@ -44,7 +44,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {error:#}");
-            ExitCode::from(commands::exit_code(&error))
+            ExitCode::from(error::exit_code(&error))
         }
     }
 }

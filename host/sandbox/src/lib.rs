@@ -30,14 +30,15 @@ mod cache;
 mod config;
 mod connect;
 mod egress;
-mod engine;
 mod error;
 mod host_impl;
 mod http;
+mod loaded_handler;
 mod output;
 mod precompile;
-mod run;
+mod sandbox;
 mod scratch;
+mod shared;
 mod state;
 mod ticker;
 mod tree;
@@ -48,8 +49,8 @@ pub use config::{
     Capabilities, DirGrant, DirMode, HandlerLimits, SandboxConfig, ScratchMode, SCRATCH_GUEST_PATH,
 };
 pub use egress::internal_address;
-pub use engine::{Compiler, LoadReport, Sandbox};
 pub use error::SandboxError;
 pub use http::HttpOrigin;
+pub use loaded_handler::{LoadReport, LoadedHandler};
 pub use precompile::{precompile, CodegenSettings};
-pub use run::LoadedHandler;
+pub use sandbox::{Compiler, Sandbox};

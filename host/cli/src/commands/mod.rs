@@ -5,11 +5,13 @@
 mod admin;
 mod bench;
 mod check;
+mod demo;
 mod enqueue;
 mod examples;
 mod schedules;
 mod serve;
 
+pub use crate::error::{usage, JobFailed, WaitTimedOut};
 pub use examples::write_atomically as write_module;
 
 use std::path::{Path, PathBuf};
@@ -20,59 +22,6 @@ use crate::{
     cli::{Cli, Command},
     config::{Config, DEFAULT_DB},
 };
-
-/// Bad usage or input: exit code 2.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-/// The job waited for did not succeed: exit code 3.
-#[derive(Debug, thiserror::Error)]
-#[error(
-    "job {id} {status}: {}{}",
-    crate::output::printable(message),
-    code.as_ref().map(|c| format!(" (code {})", crate::output::printable(c))).unwrap_or_default()
-)]
-pub struct JobFailed {
-    pub id: String,
-    pub status: String,
-    pub message: String,
-    /// The handler's machine-readable error code, when it gave one.
-    pub code: Option<String>,
-}
-
-/// A wait ran out: exit code 4.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct WaitTimedOut(pub String);
-
-/// The exit code for a failure.
-pub fn exit_code(error: &anyhow::Error) -> u8 {
-    if error.downcast_ref::<UsageError>().is_some()
-        || error
-            .downcast_ref::<crate::toml_file::FileError>()
-            .is_some()
-        || error.downcast_ref::<crate::deploy::DeployError>().is_some()
-        || error.downcast_ref::<boxcar_queue::EnqueueError>().is_some()
-        || matches!(
-            error.downcast_ref::<boxcar_queue::QueueError>(),
-            Some(boxcar_queue::QueueError::Enqueue(_))
-        )
-    {
-        2
-    } else if error.downcast_ref::<JobFailed>().is_some() {
-        3
-    } else if error.downcast_ref::<WaitTimedOut>().is_some() {
-        4
-    } else {
-        1
-    }
-}
-
-/// Shorthand for a usage error.
-pub fn usage(message: impl Into<String>) -> anyhow::Error {
-    UsageError(message.into()).into()
-}
 
 /// The resolved configuration plus global flags.
 pub struct Context {
@@ -171,7 +120,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate => admin::migrate(context).await,
         Command::Check(args) => check::run(context, args).await,
         Command::Examples { command } => examples::run(context, command),
-        Command::Demo(args) => crate::demo::run(args).await,
+        Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(context, args).await,
         Command::CompileComponent(_) => Err(usage(
             "compile-component is internal: boxcar runs it as a child process",

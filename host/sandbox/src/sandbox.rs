@@ -18,7 +18,7 @@ use std::{
         atomic::{AtomicU64, Ordering},
         Arc,
     },
-    time::{Duration, Instant},
+    time::Instant,
 };
 
 use sha2::{Digest, Sha256};
@@ -31,8 +31,9 @@ use crate::{
     bindings::{Handler as HandlerWorld, HandlerPre},
     budget::{InstanceReservation, PoolBudget},
     cache,
-    run::LoadedHandler,
+    loaded_handler::{LoadReport, LoadedHandler},
     scratch,
+    shared::Shared,
     state::HostState,
     ticker::Ticker,
     Capabilities, HandlerLimits, SandboxConfig, SandboxError, ScratchMode,
@@ -41,27 +42,6 @@ use crate::{
 /// Turns component bytes into an artifact of [`precompile`](crate::precompile)
 /// (see [`Sandbox::load_compiled_by`]).
 pub type Compiler<'a> = dyn Fn(&[u8]) -> Result<Vec<u8>, SandboxError> + 'a;
-
-/// Engine state shared by the sandbox and its loaded handlers.
-pub(crate) struct Shared {
-    pub(crate) engine: Engine,
-    pub(crate) linker: Linker<HostState>,
-    pub(crate) config: SandboxConfig,
-    scratch_root: PathBuf,
-    pub(crate) scratch_kind: scratch::Kind,
-    engine_key: String,
-    compiles: AtomicU64,
-    cache_hits: AtomicU64,
-    budget: Arc<PoolBudget>,
-    _ticker: Option<Ticker>,
-}
-
-impl Shared {
-    /// The directory per-job scratch directories are created in.
-    pub(crate) fn scratch_base(&self) -> PathBuf {
-        self.scratch_root.clone()
-    }
-}
 
 /// Runs handler components; one per process.
 ///
@@ -82,19 +62,6 @@ impl Shared {
 #[derive(Clone)]
 pub struct Sandbox {
     shared: Arc<Shared>,
-}
-
-/// How a [`Sandbox::load`] went.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LoadReport {
-    /// Hex sha256 of the component bytes (the handler's version).
-    pub digest: String,
-    /// True when the compiled code came from the on-disk cache.
-    pub cache_hit: bool,
-    /// Time spent compiling or loading the compiled code.
-    pub compile_time: Duration,
-    /// The cache file used, if caching is on.
-    pub cache_path: Option<PathBuf>,
 }
 
 impl Sandbox {

@@ -22,6 +22,7 @@
 //!   store is dropped, however the job ended (see [`crate::scratch`]).
 
 use std::{
+    path::PathBuf,
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -36,10 +37,10 @@ use wasmtime_wasi_http::WasiHttpCtx;
 use crate::{
     bindings::{boxcar::handler::types as wit, HandlerPre},
     config::{DirMode, SCRATCH_GUEST_PATH},
-    engine::{LoadReport, Shared},
     http::{HttpOrigin, HttpPolicy},
     output::{truncate, GuestOutput, LogLimitReached, LogSink},
     scratch::Scratch,
+    shared::Shared,
     state::{HostState, Interrupt, LimitHit, Limiter},
     Capabilities, HandlerLimits,
 };
@@ -50,6 +51,19 @@ const MAX_MESSAGE: usize = 8 << 10;
 /// How long a job that found the instance pool full waits (at least)
 /// before the queue offers it again.
 const POOL_FULL_RETRY: Duration = Duration::from_millis(100);
+
+/// How a [`Sandbox::load`] went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Hex sha256 of the component bytes (the handler's version).
+    pub digest: String,
+    /// True when the compiled code came from the on-disk cache.
+    pub cache_hit: bool,
+    /// Time spent compiling or loading the compiled code.
+    pub compile_time: Duration,
+    /// The cache file used, if caching is on.
+    pub cache_path: Option<PathBuf>,
+}
 
 /// A compiled, linked handler version. Cheap to share; in-flight jobs keep
 /// it alive after a redeploy replaces it. Cloning is cheap (shared parts).
