@@ -14,5 +14,6 @@ mod fleet;
 mod hostile;
 mod polyglot;
 mod pools;
+mod relocatable;
 mod results;
 mod schedules;
