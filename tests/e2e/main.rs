@@ -12,6 +12,7 @@ mod containment;
 mod deploy;
 mod fleet;
 mod hostile;
+mod job_defaults;
 mod polyglot;
 mod pools;
 mod relocatable;
