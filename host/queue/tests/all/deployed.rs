@@ -137,32 +137,39 @@ async fn the_sql_function_and_a_callers_transaction_take_the_types_default() {
     q.record_deployed_types(&serving("host-1", "report", Some(1)))
         .await
         .unwrap();
-    let budget = |id: String| {
-        let q = q.clone();
-        async move { q.get(&id).await.unwrap().unwrap().max_attempts }
-    };
-    let sql = |args: &str| format!("SELECT id FROM {schema}.add_job({args})");
     let pool = pg.pool();
-    let id: String = sqlx::query_scalar(&sql("'report', '{}'::jsonb"))
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(budget(id).await, 1, "the manifest's max_attempts");
-    let id: String = sqlx::query_scalar(&sql("'report', '{}'::jsonb, max_attempts => NULL"))
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(budget(id).await, 1, "NULL asks for the type's default");
-    let id: String = sqlx::query_scalar(&sql("'report', '{}'::jsonb, max_attempts => 5"))
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(budget(id).await, 5, "the caller's value wins");
-    let id: String = sqlx::query_scalar(&sql("'unserved', '{}'::jsonb"))
-        .fetch_one(pool)
-        .await
-        .unwrap();
-    assert_eq!(budget(id).await, 3, "no deploy: the built-in default");
+    let sql = |args: &str| format!("SELECT id FROM {schema}.add_job({args})");
+    let budget_of = |args: &'static str| {
+        let (q, statement) = (q.clone(), sql(args));
+        async move {
+            let id: String = sqlx::query_scalar(&statement)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            q.get(&id).await.unwrap().unwrap().max_attempts
+        }
+    };
+    let cases = [
+        ("'report', '{}'::jsonb", 1, "the manifest's max_attempts"),
+        (
+            "'report', '{}'::jsonb, max_attempts => NULL",
+            1,
+            "NULL asks for the type's default",
+        ),
+        (
+            "'report', '{}'::jsonb, max_attempts => 5",
+            5,
+            "the caller's value wins",
+        ),
+        (
+            "'unserved', '{}'::jsonb",
+            3,
+            "no deploy: the built-in default",
+        ),
+    ];
+    for (args, expected, why) in cases {
+        assert_eq!(budget_of(args).await, expected, "{why}");
+    }
     let refused = sqlx::query(&sql("'report', '{}'::jsonb, max_attempts => 0"))
         .fetch_one(pool)
         .await
@@ -179,7 +186,11 @@ async fn the_sql_function_and_a_callers_transaction_take_the_types_default() {
         .unwrap()
         .id;
     tx.commit().await.unwrap();
-    assert_eq!(budget(id).await, 1, "through the caller's transaction");
+    assert_eq!(
+        q.get(&id).await.unwrap().unwrap().max_attempts,
+        1,
+        "through the caller's transaction"
+    );
     fx.finish().await;
 }
 

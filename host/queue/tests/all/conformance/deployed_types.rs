@@ -160,20 +160,9 @@ async fn inserts_take_the_newest_deploys_max_attempts(fx: &Fixture) {
     assert_eq!(max_attempts(fx, &batch[1].id).await, 3, "per job type");
 
     let raw = InsertJob {
-        id: uuid::Uuid::now_v7().to_string(),
-        job_type: "unserved".into(),
-        payload: "{}".into(),
-        scope: None,
-        dedupe_key: None,
         max_attempts: None,
         default_max_attempts: 7,
-        run_at: None,
-        delay: Duration::ZERO,
-        priority: 0,
-        expires_at: None,
-        ttl: None,
-        parent_id: None,
-        schedule_id: None,
+        ..super::time::raw("unserved")
     };
     let raw_id = raw.id.clone();
     fx.store.add_many(vec![raw]).await.unwrap();

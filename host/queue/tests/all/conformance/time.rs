@@ -12,7 +12,7 @@ use crate::support::Fixture;
 const FOREVER: Duration = Duration::from_secs(u64::MAX);
 
 /// A job the store inserts as given (no enqueue validation in the way).
-fn raw(job_type: &str) -> InsertJob {
+pub(super) fn raw(job_type: &str) -> InsertJob {
     InsertJob {
         id: uuid::Uuid::now_v7().to_string(),
         job_type: job_type.into(),
