@@ -11,3 +11,7 @@ CREATE TABLE IF NOT EXISTS boxcar_deployed_types (
     seen_at      INTEGER NOT NULL,
     PRIMARY KEY (job_type, host)
 );
+-- Every insert without an attempt budget reads the newest deploy of its
+-- type: this index answers it without a sort.
+CREATE INDEX IF NOT EXISTS boxcar_deployed_types_newest
+    ON boxcar_deployed_types (job_type, deployed_at, host);

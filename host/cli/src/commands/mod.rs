@@ -60,8 +60,9 @@ impl Context {
     }
 
     /// A producer-side registry: types some live host serves (per the
-    /// store's deployed types), configured `handled_elsewhere` types, and payload
-    /// schemas from a local handlers directory when one is configured.
+    /// store's deployed types), configured `handled_elsewhere` types, and
+    /// payload schemas from a local handlers directory when one is
+    /// configured.
     pub async fn producer_registry(
         &self,
         queue: &Queue,
