@@ -1,9 +1,15 @@
 //! Compiles the example guests (`example-handlers/rust`, its own cargo
-//! workspace) for `wasm32-wasip2` in release, and writes their paths into
+//! workspace) for `wasm32-wasip2` in release, and writes their table into
 //! `$OUT_DIR/examples.rs`; hand-written `.wat` guests are compiled with the
-//! `wat` crate (`wat_guests.rs`).
+//! `wat` crate (`wat_guests.rs`), Python and JavaScript ones with their
+//! toolchains (`polyglot.rs`).
 //!
 //! Invariants:
+//! - Every manifest is embedded (`include_str!`), and so is every Rust and
+//!   `.wat` component (`include_bytes!`, about 2.4 MB together): a binary
+//!   built with this crate needs nothing of the build tree at run time.
+//!   Python and JavaScript components (12–20 MB each) are not embedded;
+//!   their entries carry only their path and size (see [`Embed`]).
 //! - The guests get their own target dir, `<root target dir>/guests`, shared
 //!   by debug and release host builds; the inner cargo therefore never waits
 //!   on the outer build's lock.
@@ -15,7 +21,6 @@
 use std::{
     env,
     ffi::OsString,
-    fmt::Write as _,
     fs,
     path::{Path, PathBuf},
     process::Command,
@@ -58,20 +63,41 @@ fn main() {
             wasm.display()
         );
         let manifest = guests.join(name).join(format!("{name}.toml"));
-        let wasm = fs::canonicalize(&wasm).unwrap_or(wasm);
-        let manifest = fs::canonicalize(&manifest).unwrap_or(manifest);
-        writeln!(
-            code,
-            "    Example {{ name: {name:?}, wasm: {:?}, manifest: {:?} }},",
-            wasm.display().to_string(),
-            manifest.display().to_string()
-        )
-        .expect("writing to a String cannot fail");
+        code.push_str(&entry(name, "Rust", &wasm, &manifest, Embed::Component));
     }
     wat_guests::build(&root, &out_dir, &mut code);
     polyglot::build(&root, &target_dir, &mut code);
     code.push_str("];\n");
     fs::write(out_dir.join("examples.rs"), code).expect("cannot write $OUT_DIR/examples.rs");
+}
+
+/// Whether an entry carries its component's bytes or only its path.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Embed {
+    /// `include_bytes!` of the component.
+    Component,
+    /// The manifest only: the component stays in the build tree.
+    ManifestOnly,
+}
+
+/// One `Example { .. }` line of `ALL` (manifest text always embedded).
+pub fn entry(name: &str, language: &str, wasm: &Path, manifest: &Path, embed: Embed) -> String {
+    let wasm = fs::canonicalize(wasm).unwrap_or_else(|_| wasm.to_path_buf());
+    let manifest = fs::canonicalize(manifest).unwrap_or_else(|_| manifest.to_path_buf());
+    let size = fs::metadata(&wasm)
+        .unwrap_or_else(|e| panic!("cannot stat {}: {e}", wasm.display()))
+        .len();
+    let wasm = wasm.display().to_string();
+    let manifest = manifest.display().to_string();
+    let embedded = match embed {
+        Embed::Component => format!("Some(include_bytes!({wasm:?}))"),
+        Embed::ManifestOnly => "None".to_string(),
+    };
+    format!(
+        "    Example {{ name: {name:?}, language: Language::{language}, wasm: {wasm:?}, \
+         manifest: {manifest:?}, manifest_text: include_str!({manifest:?}), \
+         embedded: {embedded}, size: {size} }},\n"
+    )
 }
 
 /// `<root target dir>/guests`: CARGO_TARGET_DIR if set, else the ancestor of

@@ -1,12 +1,12 @@
 //! Builds the hand-written WebAssembly text guests (`example-handlers/wat/
 //! <name>.wat`, each with its manifest `<name>.toml`) into binary
-//! components with the `wat` crate, and appends them to `ALL`. Included by
-//! `build.rs`.
+//! components with the `wat` crate, and appends them to `ALL`, embedded.
+//! Included by `build.rs`.
 //!
 //! These guests do what no language toolchain emits on purpose (e.g. many
 //! core instances, each with its own memory), to test the host's limits.
 
-use std::{fmt::Write as _, fs, path::Path};
+use std::{fs, path::Path};
 
 pub fn build(root: &Path, out_dir: &Path, code: &mut String) {
     let dir = root.join("example-handlers").join("wat");
@@ -38,13 +38,12 @@ pub fn build(root: &Path, out_dir: &Path, code: &mut String) {
             source.display(),
             manifest.display()
         );
-        let manifest = fs::canonicalize(&manifest).unwrap_or(manifest);
-        writeln!(
-            code,
-            "    Example {{ name: {name:?}, wasm: {:?}, manifest: {:?} }},",
-            wasm.display().to_string(),
-            manifest.display().to_string()
-        )
-        .expect("writing to a String cannot fail");
+        code.push_str(&super::entry(
+            &name,
+            "WebAssemblyText",
+            &wasm,
+            &manifest,
+            super::Embed::Component,
+        ));
     }
 }

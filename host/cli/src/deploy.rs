@@ -20,7 +20,9 @@
 //!   only the newest content of a name is installed or rejected.
 //! - The registry swap is per type and atomic; in-flight jobs keep the
 //!   `Arc` of the version that started them.
-//! - Every deploy, rejection and removal is recorded in the store.
+//! - Every deploy, rejection and removal is recorded in the store, and
+//!   after every deploy and removal the store's deployed types hold this
+//!   host's served set (before the deploy is logged).
 //! - One job type is served by one pair; a second pair claiming it is rejected.
 //! - A pair reserves concurrency × types instances of the sandbox's pool.
 
@@ -405,6 +407,9 @@ impl Deployer {
                 tracing::warn!(%error, "could not record the deploy");
             }
         }
+        if let Err(error) = self.queue.record_deployed_types(&self.registry).await {
+            tracing::warn!(%error, "could not record the deployed job types");
+        }
         tracing::info!(handler = %name, types = ?manifest.job_types, digest = %prepared.digest, "handler deployed");
         Ok(DeployedPair {
             name: name.to_string(),
@@ -455,6 +460,9 @@ impl Deployer {
             {
                 tracing::warn!(%error, "could not record the removal");
             }
+        }
+        if let Err(error) = self.queue.record_deployed_types(&self.registry).await {
+            tracing::warn!(%error, "could not record the deployed job types");
         }
         tracing::info!(handler = %name, types = ?pair.job_types, "handler removed");
     }

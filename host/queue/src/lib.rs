@@ -11,6 +11,8 @@
 //! - guards and visibility: [`ClaimGuards`], [`Blocker`] (what holds a job
 //!   back), [`PoolStatus`];
 //! - recurring jobs: [`schedule`] and [`Scheduler`];
+//! - which types are known and their job defaults, from store state:
+//!   [`deployed`];
 //! - limits on what enters the queue: [`bounds`] (duration caps,
 //!   [`EnqueueBounds`] for a running job's enqueues), the error codes of
 //!   refused handler answers ([`INVALID_OUTPUT`], [`UNSTORABLE_OUTCOME`])
@@ -33,6 +35,7 @@
 pub mod bench;
 pub mod bounds;
 mod clock;
+pub mod deployed;
 mod engine;
 mod guards;
 mod handler;

@@ -130,7 +130,10 @@ impl Queue {
         self.inner.wake.notify_one();
     }
 
-    /// Validates a new job and resolves its defaults.
+    /// Validates a new job and resolves what this process knows of its
+    /// defaults: an unset attempt budget takes this host's manifest of the
+    /// type, else the store takes the type's newest deploy at insert (see
+    /// [`crate::store::deployed_types`]), else the queue's default.
     ///
     /// # Errors
     /// The first enqueue rule the job breaks.
@@ -161,7 +164,8 @@ impl Queue {
             payload: job.payload,
             scope: job.scope,
             dedupe_key: job.dedupe_key,
-            max_attempts: max_attempts.unwrap_or(self.inner.opts.default_max_attempts),
+            max_attempts,
+            default_max_attempts: self.inner.opts.default_max_attempts,
             run_at: job.run_at,
             delay: job.delay.unwrap_or_default(),
             priority: job.priority,

@@ -6,7 +6,11 @@
 //!   finishes on the old version.
 //! - A `waits_for` cycle among registered handlers is refused at
 //!   [`Registry::register`]; a one-sided `not_while_running` is warned about.
-//! - Known types = registered types + types declared as handled elsewhere.
+//! - Known types are the registered ones, the ones declared as handled
+//!   elsewhere, and the ones some live host serves per the store's deployed
+//!   types (see `crate::deployed`; replaced wholesale on each refresh).
+//! - The registry is one host's served set: [`Registry::host_id`] is the id
+//!   its rows in the deployed-types table carry.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -17,6 +21,7 @@ use parking_lot::RwLock;
 use crate::bounds::{at_most, EnqueueBounds, MAX_HANDLER_TIMEOUT, MAX_LEASE_DURATION};
 use crate::guards::{ClaimGuards, PoolGuard};
 use crate::handler::Handler;
+use crate::store::deployed_types::DeployedType;
 
 /// One payload JSON Schema failure: where, and which rule (never the value).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,14 +200,30 @@ pub struct HandlerEntry {
 struct Inner {
     handlers: BTreeMap<String, Arc<HandlerEntry>>,
     elsewhere: HashSet<String>,
+    /// Types some live host serves, from the store.
+    deployed_elsewhere: HashSet<String>,
     validators: HashMap<String, Arc<dyn PayloadValidator>>,
     pools: Vec<PoolConfig>,
 }
 
 /// Job types → handler versions, swapped atomically on deploy.
-#[derive(Default)]
 pub struct Registry {
     inner: RwLock<Inner>,
+    /// The id this host's deployed types are recorded under.
+    host_id: RwLock<String>,
+    /// One record of the served set at a time, so a heartbeat that read
+    /// the set before a deploy cannot overwrite the deploy's record.
+    recording: tokio::sync::Mutex<()>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            inner: RwLock::default(),
+            host_id: RwLock::new(uuid::Uuid::new_v4().to_string()),
+            recording: tokio::sync::Mutex::new(()),
+        }
+    }
 }
 
 fn waits_for_cycle(handlers: &BTreeMap<String, Arc<HandlerEntry>>) -> Option<String> {
@@ -345,10 +366,48 @@ impl Registry {
         self.inner.write().validators.insert(job_type.into(), v);
     }
 
+    /// Replaces the types known to be served by some live host (from the
+    /// store's deployed types; see `Queue::refresh_known_types`).
+    pub fn set_deployed_elsewhere<I: IntoIterator<Item = String>>(&self, types: I) {
+        self.inner.write().deployed_elsewhere = types.into_iter().collect();
+    }
+
     /// Whether enqueueing `job_type` is allowed.
     pub fn is_known(&self, job_type: &str) -> bool {
         let inner = self.inner.read();
-        inner.handlers.contains_key(job_type) || inner.elsewhere.contains(job_type)
+        inner.handlers.contains_key(job_type)
+            || inner.elsewhere.contains(job_type)
+            || inner.deployed_elsewhere.contains(job_type)
+    }
+
+    /// The id this host's deployed types are recorded under (a random one
+    /// until [`Registry::set_host_id`]; a host sets its worker id).
+    pub fn host_id(&self) -> String {
+        self.host_id.read().clone()
+    }
+
+    /// Sets the id this host's deployed types are recorded under.
+    pub fn set_host_id(&self, id: impl Into<String>) {
+        *self.host_id.write() = id.into();
+    }
+
+    /// What this host serves, with each manifest's job defaults.
+    pub fn deployed_types(&self) -> Vec<DeployedType> {
+        self.inner
+            .read()
+            .handlers
+            .values()
+            .map(|e| DeployedType {
+                job_type: e.job_type.clone(),
+                version: e.version.clone(),
+                max_attempts: e.settings.max_attempts,
+            })
+            .collect()
+    }
+
+    /// Held while the served set is recorded.
+    pub(crate) fn recording(&self) -> &tokio::sync::Mutex<()> {
+        &self.recording
     }
 
     /// The payload validator for `job_type`, if any.

@@ -290,11 +290,6 @@ pub async fn prune(context: Context, args: PruneArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Types currently deployed on some host, per the store's deploy records.
-pub async fn deployed_types(queue: &Queue) -> anyhow::Result<Vec<String>> {
-    Ok(current_deploys(queue).await?.into_keys().collect())
-}
-
 /// job type → its latest `deployed` event, unless a later `removed` one exists.
 async fn current_deploys(queue: &Queue) -> anyhow::Result<BTreeMap<String, HandlerEventView>> {
     let events = queue.handler_events(10_000).await?;

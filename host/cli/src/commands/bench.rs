@@ -24,11 +24,12 @@ pub async fn run(context: Context, args: BenchArgs) -> anyhow::Result<()> {
     let (handler, system): (Arc<dyn Handler>, &str) = match args.handler {
         BenchHandler::Native => (Arc::new(NoopHandler), "boxcar-native"),
         BenchHandler::Wasm => {
-            let example = boxcar_examples::get("noop")
-                .ok_or_else(|| anyhow::anyhow!("the noop example is missing from this build"))?;
+            let component = boxcar_examples::get("noop")
+                .ok_or_else(|| anyhow::anyhow!("the noop example is missing from this build"))?
+                .component()?;
             let sandbox = Sandbox::new(sandbox_glue::sandbox_config(&context.config.sandbox))?;
             let loaded = sandbox.load(
-                &example.bytes()?,
+                component,
                 boxcar_sandbox::HandlerLimits::default(),
                 boxcar_sandbox::Capabilities::default(),
             )?;

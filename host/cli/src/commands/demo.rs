@@ -88,9 +88,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     println!("boxcar demo — database {db}");
 
     for (name, example, manifest) in HANDLERS {
-        let example = boxcar_examples::get(example)
-            .ok_or_else(|| usage(format!("example `{example}` is missing from this build")))?;
-        crate::commands::write_module(&handlers.join(format!("{name}.wasm")), &example.bytes()?)?;
+        let component = boxcar_examples::get(example)
+            .ok_or_else(|| usage(format!("example `{example}` is missing from this build")))?
+            .component()?;
+        crate::commands::write_module(&handlers.join(format!("{name}.wasm")), component)?;
         crate::commands::write_module(&handlers.join(format!("{name}.toml")), manifest.as_bytes())?;
     }
 

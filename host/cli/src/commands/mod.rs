@@ -52,26 +52,24 @@ impl Context {
         })
     }
 
-    /// Opens (and migrates) the store and wraps it in a queue. A registry
-    /// is attached that knows the types deployed anywhere (from the store's
-    /// deploy records) plus configured ones, so enqueue can refuse unknown
-    /// types from a process that runs no handlers.
+    /// Opens (and migrates) the store and wraps it in a queue.
     pub async fn queue(&self) -> anyhow::Result<Queue> {
         let store = connect(&self.db).await?;
         let queue = Queue::new(store, self.config.queue.clone())?;
         Ok(queue)
     }
 
-    /// A producer-side registry: types deployed anywhere (per the store's
-    /// deploy records), configured `handled_elsewhere` types, and payload
-    /// schemas from a local handlers directory when one is configured.
+    /// A producer-side registry: types some live host serves (per the
+    /// store's deployed types), configured `handled_elsewhere` types, and
+    /// payload schemas from a local handlers directory when one is
+    /// configured.
     pub async fn producer_registry(
         &self,
         queue: &Queue,
     ) -> anyhow::Result<std::sync::Arc<Registry>> {
         let registry = Registry::new();
         registry.declare_elsewhere(self.config.handled_elsewhere.iter().cloned());
-        registry.declare_elsewhere(admin::deployed_types(queue).await?);
+        queue.refresh_known_types(&registry).await?;
         if let Some(dir) = &self.config.handlers {
             declare_local_schemas(&registry, dir);
         }

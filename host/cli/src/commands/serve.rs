@@ -3,17 +3,19 @@
 //! without it, it serves the API and maintenance only (a producer host).
 //! A host that runs handlers also reconciles the configuration's
 //! `[[schedules]]` at start and runs the scheduler service (every host may:
-//! each tick is enqueued once fleet-wide).
+//! each tick is enqueued once fleet-wide), and records the types it serves
+//! in the store under its worker id, refreshed by a heartbeat; every host
+//! learns from the store which types some live host serves.
 //! Stops gracefully on Ctrl-C or SIGTERM: no new claims, in-flight jobs get
 //! `shutdown_grace`, then are aborted and their leases released.
 
-use std::{net::SocketAddr, sync::Arc, time::Duration};
+use std::{net::SocketAddr, sync::Arc};
 
-use boxcar_queue::{open_store, Queue, Registry, Scheduler, Worker};
+use boxcar_queue::{deployed::HEARTBEAT_INTERVAL, open_store, Queue, Registry, Scheduler, Worker};
 use boxcar_sandbox::Sandbox;
 use tokio_util::sync::CancellationToken;
 
-use super::{admin::deployed_types, usage, Context};
+use super::{usage, Context};
 use crate::{
     api::{self, AppState, Metrics},
     cli::ServeArgs,
@@ -21,9 +23,6 @@ use crate::{
     deploy::{compile::CompileBudget, Deployer},
     sandbox_glue,
 };
-
-/// How often types deployed on other hosts are learned (for enqueue checks).
-const KNOWN_TYPES_REFRESH: Duration = Duration::from_secs(5);
 
 pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
     let mut config = context.config.clone();
@@ -57,6 +56,7 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
     queue.observe(metrics.clone());
 
     let registry = Registry::new();
+    registry.set_host_id(config.worker.worker_id.clone());
     registry.declare_elsewhere(config.handled_elsewhere.iter().cloned());
     registry.set_pools(config.pools.clone())?;
     let stop = CancellationToken::new();
@@ -84,9 +84,10 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
             Some(deployer)
         }
     };
-    tokio::spawn(refresh_known_types(
+    tokio::spawn(heartbeat(
         queue.clone(),
         registry.clone(),
+        deployer.is_some(),
         stop.clone(),
     ));
 
@@ -156,15 +157,22 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn refresh_known_types(queue: Queue, registry: Arc<Registry>, stop: CancellationToken) {
+/// Every few seconds: a host that runs handlers records what it serves (its
+/// heartbeat in the store's deployed types), and every host learns which
+/// types some live host serves (for its enqueue checks).
+async fn heartbeat(queue: Queue, registry: Arc<Registry>, serves: bool, stop: CancellationToken) {
     loop {
-        match deployed_types(&queue).await {
-            Ok(types) => registry.declare_elsewhere(types),
-            Err(error) => tracing::debug!(%error, "could not refresh the known job types"),
+        if serves {
+            if let Err(error) = queue.record_deployed_types(&registry).await {
+                tracing::warn!(%error, "could not record the deployed job types");
+            }
+        }
+        if let Err(error) = queue.refresh_known_types(&registry).await {
+            tracing::debug!(%error, "could not refresh the known job types");
         }
         tokio::select! {
             () = stop.cancelled() => return,
-            () = tokio::time::sleep(KNOWN_TYPES_REFRESH) => {}
+            () = tokio::time::sleep(HEARTBEAT_INTERVAL) => {}
         }
     }
 }

@@ -18,6 +18,7 @@
 //! `postgres::PostgresStore` (feature `postgres`).
 
 pub mod connect;
+pub mod deployed_types;
 pub mod memory;
 pub(crate) mod policy;
 #[cfg(feature = "postgres")]
@@ -39,6 +40,7 @@ use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
 use crate::schedule::ScheduleRecord;
+use deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 use schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 
 /// A store operation failed.
@@ -124,8 +126,13 @@ pub struct InsertJob {
     pub scope: Option<Scope>,
     /// Dedupe key.
     pub dedupe_key: Option<String>,
-    /// Attempt budget (resolved).
-    pub max_attempts: u32,
+    /// Attempt budget the producer chose (its own value, or its own
+    /// manifest's); `None` takes the type's newest deploy's, see
+    /// [`deployed_types`].
+    pub max_attempts: Option<u32>,
+    /// Attempt budget when neither the producer nor the type's newest
+    /// deploy sets one.
+    pub default_max_attempts: u32,
     /// Absolute due time, or `None` for the store's now.
     pub run_at: Option<DateTime<Utc>>,
     /// Added to the due time.
@@ -513,6 +520,22 @@ pub trait JobStore: Send + Sync + 'static {
     /// Local notifications (inserts, terminal transitions). Postgres also
     /// relays other processes' inserts and completions via LISTEN/NOTIFY.
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent>;
+
+    /// Makes `host`'s deployed-type rows exactly `params.types` and
+    /// forgets rows not seen for `forget_after` (see [`deployed_types`]).
+    ///
+    /// # Locks and transactions
+    /// One transaction.
+    ///
+    /// # Errors
+    /// The database failed; nothing changed.
+    async fn record_deployed_types(&self, params: RecordDeployedTypes) -> Result<(), StoreError>;
+
+    /// Every deployed-type row, by job type then host.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn deployed_types(&self) -> Result<Vec<DeployedTypeRecord>, StoreError>;
 }
 
 pub use policy::rescue::{LEASE_EXPIRED_ERROR, LEASE_RECOVERED_ERROR};

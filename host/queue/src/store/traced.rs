@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 use tracing::{debug_span, Instrument, Span};
 
+use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::{
     CancelParams, CancelledJob, ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob,
@@ -264,5 +265,20 @@ impl JobStore for TracedStore {
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
         self.inner.subscribe()
+    }
+
+    async fn record_deployed_types(&self, params: RecordDeployedTypes) -> Result<(), StoreError> {
+        let span = debug_span!(
+            "store.record_deployed_types",
+            backend = self.backend(),
+            host = %params.host,
+            types = params.types.len()
+        );
+        traced(span, self.inner.record_deployed_types(params)).await
+    }
+
+    async fn deployed_types(&self) -> Result<Vec<DeployedTypeRecord>, StoreError> {
+        let span = debug_span!("store.deployed_types", backend = self.backend());
+        traced(span, self.inner.deployed_types()).await
     }
 }

@@ -7,6 +7,7 @@ mod support;
 mod admin;
 mod boundary;
 mod conformance;
+mod deployed;
 mod engine;
 mod fairness;
 mod migrate;

@@ -8,10 +8,11 @@
 //! database transaction: the same decision code, not a copy.
 //!
 //! Modules: `writes` (insert and the engine's transitions), `admin`
-//! (inspect, cancel, retry failed, prune), `schedules`, `tx` (the policy
-//! primitives).
+//! (inspect, cancel, retry failed, prune), `schedules`, `deployed_types`,
+//! `tx` (the policy primitives).
 
 mod admin;
+mod deployed_types;
 mod schedules;
 mod tx;
 mod writes;
@@ -23,6 +24,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio::sync::{broadcast, Mutex};
 
+use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 use super::policy::{guards as guard_policy, rescue as rescue_policy};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::{
@@ -43,6 +45,8 @@ struct State {
     windows: HashMap<String, RateWindow>,
     events: Vec<HandlerEvent>,
     schedules: BTreeMap<String, ScheduleRecord>,
+    /// Deployed types by (job type, host).
+    deployed_types: BTreeMap<(String, String), DeployedTypeRecord>,
 }
 
 /// A store that lives in this process only.
@@ -285,5 +289,13 @@ impl JobStore for MemoryStore {
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
         self.events.subscribe()
+    }
+
+    async fn record_deployed_types(&self, p: RecordDeployedTypes) -> Result<(), StoreError> {
+        deployed_types::record(self, p).await
+    }
+
+    async fn deployed_types(&self) -> Result<Vec<DeployedTypeRecord>, StoreError> {
+        Ok(deployed_types::list(self).await)
     }
 }

@@ -1,7 +1,10 @@
 //! Inserts and the engine's transitions on the memory store, each under
 //! the state mutex, fenced on `status = running AND lease_owner = worker`
-//! after a claim exactly as the SQL stores fence their `UPDATE`s.
+//! after a claim exactly as the SQL stores fence their `UPDATE`s. An insert
+//! takes a job's unset attempt budget from the type's newest deploy (see
+//! `store::deployed_types`).
 
+use super::deployed_types::type_max_attempts;
 use super::{finish, live, unfinished, MemoryStore};
 use crate::job::{AddResult, Job, JobStatus};
 use crate::store::{
@@ -47,6 +50,10 @@ pub(super) async fn add_many(
             }
             let run_at = time::after(j.run_at.unwrap_or(now), j.delay);
             let expires_at = j.expires_at.or_else(|| j.ttl.map(|t| time::after(now, t)));
+            let max_attempts = j
+                .max_attempts
+                .or_else(|| type_max_attempts(&st, &j.job_type))
+                .unwrap_or(j.default_max_attempts);
             types.push(j.job_type.clone());
             out.push(AddResult {
                 id: j.id.clone(),
@@ -61,7 +68,7 @@ pub(super) async fn add_many(
                 priority: j.priority,
                 run_at,
                 attempts: 0,
-                max_attempts: j.max_attempts,
+                max_attempts,
                 last_error: None,
                 error_code: None,
                 error_details: None,

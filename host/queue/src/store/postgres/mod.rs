@@ -13,10 +13,11 @@
 //!
 //! Modules by concern: `writes` (insert, claim, complete, retry, fail,
 //! release, progress), `admin` (inspect, cancel, retry failed, prune),
-//! `events`, `listen` (the LISTEN relay), `schedules`, `tx` (the primitives the shared policies run on:
+//! `events`, `deployed_types`, `listen` (the LISTEN relay), `schedules`, `tx` (the primitives the shared policies run on:
 //! guarded claims, rescue, guard answers) and `rows` (column reads).
 
 mod admin;
+mod deployed_types;
 mod events;
 mod listen;
 mod rows;
@@ -32,6 +33,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::broadcast;
 
+use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::sql::{sql_job_store, Dialect};
 use super::{

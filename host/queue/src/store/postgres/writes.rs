@@ -3,8 +3,10 @@
 //!
 //! Invariants: inserts are one `INSERT … SELECT FROM unnest(…)` per round
 //! (a live dedupe conflict is resolved to the existing id, a few rounds for
-//! races with finishing duplicates); an unguarded claim selects candidates
-//! `FOR UPDATE SKIP LOCKED` and claims them in the same statement; many
+//! races with finishing duplicates) that takes a job's unset attempt budget
+//! from the type's newest deploy (see `store::deployed_types`); an
+//! unguarded claim selects candidates `FOR UPDATE SKIP LOCKED` and claims
+//! them in the same statement; many
 //! completions are one statement; every write after a claim is fenced on
 //! `status = running AND lease_owner = worker`. Engine transitions use the
 //! `synchronous_commit = off` pool (see [`PostgresStore`]).
@@ -16,7 +18,7 @@ use sqlx::{PgConnection, Row};
 
 use super::{tx, PostgresStore};
 use crate::job::{AddResult, JobStatus};
-use crate::store::sql::{job_columns, jobs_from_rows, Dialect, LIVE};
+use crate::store::sql::{job_columns, jobs_from_rows, type_max_attempts, Dialect, LIVE};
 use crate::store::{
     ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams,
     RetryParams, StoreError, EXPIRED_CODE, EXPIRED_ERROR,
@@ -34,7 +36,8 @@ struct Columns {
     priority: Vec<i32>,
     run_at: Vec<Option<DateTime<Utc>>>,
     delay_ms: Vec<i64>,
-    max_attempts: Vec<i32>,
+    max_attempts: Vec<Option<i32>>,
+    default_max_attempts: Vec<i32>,
     dedupe_key: Vec<Option<String>>,
     parent_id: Vec<Option<String>>,
     schedule_id: Vec<Option<String>>,
@@ -56,8 +59,10 @@ impl Columns {
             c.priority.push(j.priority);
             c.run_at.push(j.run_at);
             c.delay_ms.push(time::millis(j.delay));
-            c.max_attempts
-                .push(i32::try_from(j.max_attempts).unwrap_or(i32::MAX));
+            let attempts = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+            c.max_attempts.push(j.max_attempts.map(attempts));
+            c.default_max_attempts
+                .push(attempts(j.default_max_attempts));
             c.dedupe_key.push(j.dedupe_key.clone());
             c.parent_id.push(j.parent_id.clone());
             c.schedule_id.push(j.schedule_id.clone());
@@ -93,17 +98,20 @@ pub(super) async fn insert_all(
     let sql = format!(
         "INSERT INTO {jobs_table} (id, job_type, payload, scope_type, scope_id, priority, run_at, \
            max_attempts, dedupe_key, parent_id, schedule_id, expires_at) \
-         SELECT id, job_type, payload, scope_type, scope_id, priority, {run_at}, max_attempts, \
+         SELECT id, job_type, payload, scope_type, scope_id, priority, {run_at}, \
+           COALESCE(max_attempts, {type_max}, default_max_attempts), \
            dedupe_key, parent_id, schedule_id, \
            COALESCE(expires_at, CASE WHEN ttl_ms IS NOT NULL THEN {ttl} END) \
          FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], \
            $7::timestamptz[], $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], \
-           $13::timestamptz[], $14::int8[]) \
+           $13::timestamptz[], $14::int8[], $15::int4[]) \
            AS t(id, job_type, payload, scope_type, scope_id, priority, run_at, delay_ms, \
-                max_attempts, dedupe_key, parent_id, schedule_id, expires_at, ttl_ms) \
+                max_attempts, dedupe_key, parent_id, schedule_id, expires_at, ttl_ms, \
+                default_max_attempts) \
          ON CONFLICT DO NOTHING RETURNING id",
         run_at = sql.plus_ms("COALESCE(run_at, now())", "delay_ms"),
         ttl = sql.plus_ms("now()", "ttl_ms"),
+        type_max = type_max_attempts(&sql.deployed_types, "t.job_type"),
     );
     let mut pending: Vec<&InsertJob> = jobs.iter().collect();
     let mut results: HashMap<String, AddResult> = HashMap::new();
@@ -127,6 +135,7 @@ pub(super) async fn insert_all(
             .bind(c.schedule_id)
             .bind(c.expires_at)
             .bind(c.ttl_ms)
+            .bind(c.default_max_attempts)
             .fetch_all(&mut *conn)
             .await?;
         for id in inserted {

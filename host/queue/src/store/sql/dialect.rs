@@ -27,6 +27,8 @@ pub(in crate::store) struct Dialect {
     pub schedules: String,
     /// The handler events table.
     pub events: String,
+    /// Which host serves which job type (`deployed_types`).
+    pub deployed_types: String,
     backend: Backend,
 }
 
@@ -39,6 +41,7 @@ impl Dialect {
             guards: "boxcar_job_guards".into(),
             schedules: "boxcar_schedules".into(),
             events: "boxcar_handler_events".into(),
+            deployed_types: "boxcar_deployed_types".into(),
             backend: Backend::Sqlite,
         }
     }
@@ -51,6 +54,7 @@ impl Dialect {
             guards: format!("{schema}.job_guards"),
             schedules: format!("{schema}.schedules"),
             events: format!("{schema}.handler_events"),
+            deployed_types: format!("{schema}.deployed_types"),
             backend: Backend::Postgres,
         }
     }

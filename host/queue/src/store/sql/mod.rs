@@ -16,10 +16,12 @@
 //! encoded differently), inserts, the unguarded claim, batched
 //! completions, cancels and filtered queries, whose SQL is what differs.
 
+mod deployed_types;
 mod dialect;
 mod statements;
 mod transitions;
 
+pub(super) use deployed_types::{deployed_type_from_row, type_max_attempts};
 pub(super) use dialect::Dialect;
 
 use std::str::FromStr;
@@ -230,7 +232,7 @@ pub(super) fn event_from_row(r: &impl SqlRow) -> Result<HandlerEvent, StoreError
 }
 
 /// Implements `JobStore` for a SQL store whose concern modules (`writes`,
-/// `admin`, `events`, `schedules`, `tx`) provide a function per port
+/// `admin`, `events`, `schedules`, `tx`, `deployed_types`) provide a function per port
 /// method, named after it and taking the store first — the layout both SQL
 /// backends share. The methods that differ (`backend`, `migrate`, `now`,
 /// `add_many`, `add_in_tx`) are passed in as the macro's body. The call
@@ -361,6 +363,17 @@ macro_rules! sql_job_store {
 
             fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
                 self.events.subscribe()
+            }
+
+            async fn record_deployed_types(
+                &self,
+                p: RecordDeployedTypes,
+            ) -> Result<(), StoreError> {
+                deployed_types::record(self, p).await
+            }
+
+            async fn deployed_types(&self) -> Result<Vec<DeployedTypeRecord>, StoreError> {
+                deployed_types::list(self).await
             }
         }
     };

@@ -14,10 +14,11 @@
 //!
 //! Modules by concern: `writes` (insert, claim, complete, retry, fail,
 //! release, progress), `admin` (inspect, cancel, retry failed, prune),
-//! `events`, `schedules`, `tx` (the primitives the shared policies run on:
+//! `events`, `deployed_types`, `schedules`, `tx` (the primitives the shared policies run on:
 //! guarded claims, rescue, guard answers) and `rows` (column reads).
 
 mod admin;
+mod deployed_types;
 mod events;
 mod rows;
 mod schedules;
@@ -34,6 +35,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::SqlitePool;
 use tokio::sync::broadcast;
 
+use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::sql::{sql_job_store, Dialect};
 use super::{

@@ -1,6 +1,9 @@
 //! Job writes on SQLite: insert, claim, renew, complete, retry, fail,
 //! release, progress.
 //!
+//! An insert takes a job's unset attempt budget from the type's newest
+//! deploy in the same statement (see `store::deployed_types`).
+//!
 //! Invariant: every state change is a single conditional `UPDATE`, fenced
 //! on `status = running AND lease_owner = worker` after a claim. An
 //! unguarded claim is one `UPDATE … WHERE id IN (SELECT … LIMIT n)
@@ -8,18 +11,33 @@
 //! candidates cannot be claimed twice. Writers of this process queue on the
 //! store's writer mutex.
 
+use std::sync::LazyLock;
+
 use chrono::Utc;
 use sqlx::SqliteConnection;
 
 use super::rows::{json_list, ms};
 use super::{tx, SqliteStore};
 use crate::job::{AddResult, JobStatus};
-use crate::store::sql::{jobs_from_rows, JOB_COLS, LIVE};
+use crate::store::sql::{jobs_from_rows, type_max_attempts, JOB_COLS, LIVE};
 use crate::store::{
     ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams,
     RetryParams, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR,
 };
 use crate::time;
+
+/// One job row; the attempt budget is the job's, else the type's newest
+/// deploy's, else the job's default.
+static INSERT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO boxcar_jobs (id, job_type, payload, scope_type, scope_id, status, \
+         priority, run_at, attempts, max_attempts, dedupe_key, parent_id, schedule_id, expires_at, \
+         created_at, updated_at) \
+         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, COALESCE(?, {}, ?), ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT DO NOTHING",
+        type_max_attempts("boxcar_deployed_types", "?")
+    )
+});
 
 /// Inserts jobs on `conn` (the caller owns the transaction).
 pub(super) async fn insert_all(
@@ -27,10 +45,7 @@ pub(super) async fn insert_all(
     jobs: &[InsertJob],
 ) -> Result<Vec<AddResult>, StoreError> {
     let now = ms(Utc::now());
-    let insert = "INSERT INTO boxcar_jobs (id, job_type, payload, scope_type, scope_id, status, \
-         priority, run_at, attempts, max_attempts, dedupe_key, parent_id, schedule_id, expires_at, \
-         created_at, updated_at) \
-         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING";
+    let insert = &*INSERT;
     let mut out = Vec::with_capacity(jobs.len());
     for j in jobs {
         if let Some(p) = &j.parent_id {
@@ -58,7 +73,9 @@ pub(super) async fn insert_all(
             .bind(j.scope.as_ref().map(|s| s.scope_id.as_str()))
             .bind(j.priority)
             .bind(run_at)
-            .bind(i64::from(j.max_attempts))
+            .bind(j.max_attempts.map(i64::from))
+            .bind(&j.job_type)
+            .bind(i64::from(j.default_max_attempts))
             .bind(&j.dedupe_key)
             .bind(&j.parent_id)
             .bind(&j.schedule_id)

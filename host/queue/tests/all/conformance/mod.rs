@@ -13,6 +13,7 @@ use serde_json::json;
 
 mod admin;
 mod claim;
+mod deployed_types;
 mod enqueue;
 mod guard;
 mod lease;

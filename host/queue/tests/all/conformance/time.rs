@@ -12,14 +12,15 @@ use crate::support::Fixture;
 const FOREVER: Duration = Duration::from_secs(u64::MAX);
 
 /// A job the store inserts as given (no enqueue validation in the way).
-fn raw(job_type: &str) -> InsertJob {
+pub(super) fn raw(job_type: &str) -> InsertJob {
     InsertJob {
         id: uuid::Uuid::now_v7().to_string(),
         job_type: job_type.into(),
         payload: "{}".into(),
         scope: None,
         dedupe_key: None,
-        max_attempts: 3,
+        max_attempts: Some(3),
+        default_max_attempts: 3,
         run_at: None,
         delay: Duration::ZERO,
         priority: 0,

@@ -1,0 +1,17 @@
+-- Which host serves which job type, with the job defaults of the manifest
+-- it serves it with. Each host rewrites its own rows on every deploy and
+-- undeploy and as its heartbeat (seen_at); deployed_at moves only when the
+-- version or the defaults change.
+CREATE TABLE IF NOT EXISTS deployed_types (
+    job_type     TEXT NOT NULL,
+    host         TEXT NOT NULL,
+    version      TEXT NOT NULL,
+    max_attempts INTEGER CHECK (max_attempts IS NULL OR max_attempts > 0),
+    deployed_at  TIMESTAMPTZ NOT NULL DEFAULT now(),
+    seen_at      TIMESTAMPTZ NOT NULL DEFAULT now(),
+    PRIMARY KEY (job_type, host)
+);
+-- Every insert without an attempt budget reads the newest deploy of its
+-- type: this index answers it without a sort.
+CREATE INDEX IF NOT EXISTS deployed_types_newest
+    ON deployed_types (job_type, deployed_at, host);
