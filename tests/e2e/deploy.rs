@@ -295,3 +295,19 @@ fn a_rescan_does_not_read_a_module_whose_size_and_mtime_are_unchanged() {
     assert_eq!(serve.output().matches("handler deployed").count(), 1);
     assert!(run(&env, "echo", r#"{"x":1}"#).contains("\"x\""));
 }
+
+#[test]
+fn a_component_over_one_jobs_pool_share_is_refused_naming_the_key_to_raise() {
+    let env = Env::sqlite();
+    let config = env.fast_config("");
+    let serve = env.serve("serve", &["--config", config.to_str().expect("utf-8")]);
+    let example = boxcar_examples::get("many-memories").expect("built");
+    let manifest = std::fs::read_to_string(example.manifest_path()).expect("manifest");
+    env.deploy("many-memories", "many-memories", &manifest);
+    serve.wait_for_log("handler rejected", Duration::from_secs(60));
+    let log = serve.output();
+    assert!(
+        log.contains("job_memories") && !log.contains("not a valid WebAssembly component"),
+        "the refusal names the pool share, not an invalid module:\n{log}"
+    );
+}
