@@ -1,9 +1,9 @@
 //! Hot deploy: keeps the registry in step with a handlers directory.
 //!
 //! A handler is a pair `name.wasm` + `name.toml` in the directory. Each
-//! reconcile pass scans the directory and compares every pair's fingerprint
-//! (digest of the module bytes and of the manifest text) with what is
-//! deployed: new or changed pairs are validated (manifest, pin, world),
+//! reconcile pass scans the directory ([`scan`]) and compares every pair's
+//! fingerprint (digest of the module bytes, hashed once per change of the
+//! file, and of the manifest text) with what is deployed: new or changed pairs are validated (manifest, pin, world),
 //! compiled through the sandbox's cache and swapped into the registry;
 //! pairs that disappeared are undeployed. File-system events only trigger a
 //! pass (debounced), and a slow periodic pass catches anything missed, so
@@ -18,8 +18,9 @@
 //! - A rejected pair never disturbs the version already serving its types.
 //! - A compile whose pair changed or disappeared meanwhile is discarded:
 //!   only the newest content of a name is installed or rejected.
-//! - The registry swap is per type and atomic; in-flight jobs keep the
-//!   `Arc` of the version that started them.
+//! - A pair's types are deployed, replaced and undeployed in one registry
+//!   swap: all of them or none; in-flight jobs keep the `Arc` of the
+//!   version that started them.
 //! - Every deploy, rejection and removal is recorded in the store.
 //! - One job type is served by one pair; a second pair claiming it is rejected.
 //! - A pair reserves concurrency × types instances of the sandbox's pool.
