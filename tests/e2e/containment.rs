@@ -115,7 +115,8 @@ fn a_hundred_attacks_among_a_thousand_echoes_leave_the_host_as_it_was() {
     let env = Env::sqlite();
     let scratch = env.path("scratch");
     let config = env.fast_config(&format!(
-        "[sandbox]\nscratch_dir = \"{}\"\n",
+        "{}scratch_dir = \"{}\"\n",
+        hostile::SANDBOX,
         scratch.display()
     ));
     let mut serve = hostile::start(&env, &attacks, &config);

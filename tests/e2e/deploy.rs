@@ -193,3 +193,121 @@ fn removing_the_files_undeploys_the_type() {
         "no host serves echo any more"
     );
 }
+
+/// Enqueues `payload` for `job_type`, waits, and returns what it printed.
+fn run(env: &Env, job_type: &str, payload: &str) -> String {
+    env.ok(&["enqueue", job_type, payload, "--wait", "--timeout", "10s"])
+}
+
+#[test]
+fn a_pair_whose_second_type_fails_to_register_leaves_both_types_on_the_old_version() {
+    let env = Env::sqlite();
+    let config = env.fast_config("");
+    let serve = env.serve("serve", &["--config", config.to_str().expect("utf-8")]);
+    // `c` waits for `b`: a version of the pair in which `b` waits for `c`
+    // closes a cycle, but only at its second type (`a` waiting for `c` is
+    // fine on its own).
+    env.deploy(
+        "waiter",
+        "noop",
+        "[handler]\njob_type = \"c\"\nwaits_for = [\"b\"]\n",
+    );
+    env.deploy(
+        "pair",
+        "echo",
+        "[handler]\njob_types = [\"a\", \"b\"]\ntimeout = \"10s\"\n",
+    );
+    eventually(Duration::from_secs(30), "both pairs deployed", || {
+        (serve.output().matches("handler deployed").count() >= 2).then_some(())
+    });
+    assert!(run(&env, "a", r#"{"v":1}"#).contains("\"v\""));
+
+    env.deploy(
+        "pair",
+        "noop",
+        "[handler]\njob_types = [\"a\", \"b\"]\ntimeout = \"10s\"\nwaits_for = [\"c\"]\n",
+    );
+    serve.wait_for_log("handler rejected", Duration::from_secs(30));
+    assert!(
+        serve.output().contains("waits_for cycle"),
+        "{}",
+        serve.output()
+    );
+    for job_type in ["a", "b"] {
+        let result = run(&env, job_type, r#"{"still":"echo"}"#);
+        assert!(
+            result.contains("still"),
+            "`{job_type}` is still served by the previous (echo) version: {result}"
+        );
+    }
+    use sha2::Digest;
+    let echo = hex::encode(sha2::Sha256::digest(boxcar_examples::bytes("echo")));
+    let handlers = env.json(&["handlers"]);
+    let mut served: Vec<(String, String)> = handlers["deployed"]
+        .as_array()
+        .expect("deployed list")
+        .iter()
+        .filter(|record| record["file"] == "pair")
+        .map(|record| {
+            (
+                record["job_type"].as_str().unwrap_or_default().to_string(),
+                record["digest"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    served.sort();
+    assert_eq!(
+        served,
+        [("a".to_string(), echo.clone()), ("b".to_string(), echo)],
+        "the deploy records still name the echo version: {handlers}"
+    );
+}
+
+#[test]
+fn a_rescan_does_not_read_a_module_whose_size_and_mtime_are_unchanged() {
+    use std::io::Write;
+
+    let env = Env::sqlite();
+    let config = env.fast_config("");
+    let serve = env.serve("serve", &["--config", config.to_str().expect("utf-8")]);
+    env.deploy("echo", "echo", ECHO);
+    serve.wait_for_log("handler deployed", Duration::from_secs(30));
+    let module = env.handlers().join("echo.wasm");
+    let meta = std::fs::metadata(&module).expect("module");
+    let modified = meta.modified().expect("mtime");
+    // Garbage of the same size, written in place, with the old mtime put
+    // back: only a rescan that reads the file again can notice it.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&module)
+        .expect("open in place");
+    let len = usize::try_from(meta.len()).expect("size");
+    file.write_all(&vec![0u8; len]).expect("overwrite");
+    file.set_modified(modified).expect("restore mtime");
+    drop(file);
+    // The write's file event and the periodic rescan (every 5 s) both run.
+    std::thread::sleep(Duration::from_secs(7));
+    assert!(
+        !serve.output().contains("handler rejected"),
+        "the unchanged-looking module was read again:\n{}",
+        serve.output()
+    );
+    assert_eq!(serve.output().matches("handler deployed").count(), 1);
+    assert!(run(&env, "echo", r#"{"x":1}"#).contains("\"x\""));
+}
+
+#[test]
+fn a_component_over_one_jobs_pool_share_is_refused_naming_the_key_to_raise() {
+    let env = Env::sqlite();
+    let config = env.fast_config("");
+    let serve = env.serve("serve", &["--config", config.to_str().expect("utf-8")]);
+    let example = boxcar_examples::get("many-memories").expect("built");
+    let manifest = std::fs::read_to_string(example.manifest_path()).expect("manifest");
+    env.deploy("many-memories", "many-memories", &manifest);
+    serve.wait_for_log("handler rejected", Duration::from_secs(60));
+    let log = serve.output();
+    assert!(
+        log.contains("job_memories") && !log.contains("not a valid WebAssembly component"),
+        "the refusal names the pool share, not an invalid module:\n{log}"
+    );
+}

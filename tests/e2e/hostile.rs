@@ -40,6 +40,11 @@ use crate::harness::{eventually, Env, Serve};
 /// The manifest of the `echo` handler every hostile host also serves.
 pub const ECHO: &str = "[handler]\njob_type = \"echo\"\ntimeout = \"10s\"\nconcurrency = 8\n";
 
+/// The `[sandbox]` section of every hostile host: one job's pool share
+/// holds the 20 memories of `many-memories`, so what stops it is the
+/// per-job memory cap while it runs, not the share check at deploy.
+pub const SANDBOX: &str = "[sandbox]\njob_memories = 20\n";
+
 /// The final job statuses an attack may expect.
 const STATUSES: [&str; 3] = ["succeeded", "failed", "cancelled"];
 
@@ -414,7 +419,7 @@ fn malformed_attack_files_are_refused_naming_the_file() {
 fn every_hostile_attack_ends_as_its_file_says() {
     let attacks = load_all();
     let env = Env::sqlite();
-    let config = env.fast_config("");
+    let config = env.fast_config(SANDBOX);
     let mut serve = start(&env, &attacks, &config);
     let fixture = fixture(&env);
     let started = std::time::Instant::now();

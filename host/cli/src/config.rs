@@ -14,10 +14,14 @@ use std::{
 };
 
 use boxcar_queue::{
-    schedule::{validate_all, Schedule, ScheduleSpec},
-    JobStatus, PoolConfig, QueueOptions, RetentionPolicy, WorkerOptions,
+    schedule::Schedule, JobStatus, PoolConfig, QueueOptions, RetentionPolicy, WorkerOptions,
 };
 use serde::Deserialize;
+
+mod sandbox;
+mod schedules;
+
+pub use sandbox::SandboxSettings;
 
 use crate::units::{ByteSize, HumanDuration};
 
@@ -27,8 +31,6 @@ pub const DEFAULT_DB: &str = "sqlite://boxcar.db";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 /// The owner of declared schedules when `schedules_owner` is not set.
 pub const DEFAULT_SCHEDULES_OWNER: &str = "boxcar";
-/// Default `[sandbox] pool_instances`: the sandbox's own default.
-pub const DEFAULT_POOL_INSTANCES: u32 = 256;
 
 /// A configuration file that failed to load or validate.
 pub type ConfigError = crate::toml_file::FileError;
@@ -49,32 +51,12 @@ struct RawConfig {
     #[serde(default)]
     retention: RawRetention,
     #[serde(default)]
-    sandbox: RawSandbox,
+    sandbox: sandbox::RawSandbox,
     #[serde(default)]
     pools: BTreeMap<String, RawPool>,
     schedules_owner: Option<String>,
     #[serde(default)]
-    schedules: Vec<RawSchedule>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawSchedule {
-    id: String,
-    job_type: String,
-    #[serde(default = "empty_object")]
-    payload: serde_json::Value,
-    every: Option<HumanDuration>,
-    cron: Option<String>,
-    tz: Option<String>,
-    #[serde(default)]
-    immediately: bool,
-    start_at: Option<toml::Value>,
-    end_at: Option<toml::Value>,
-}
-
-fn empty_object() -> serde_json::Value {
-    serde_json::Value::Object(serde_json::Map::new())
+    schedules: Vec<schedules::RawSchedule>,
 }
 
 #[derive(Deserialize, Default)]
@@ -101,22 +83,6 @@ struct RawRetention {
     statuses: Option<Vec<String>>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawSandbox {
-    epoch_tick: Option<HumanDuration>,
-    pooling: Option<bool>,
-    cache_dir: Option<PathBuf>,
-    scratch_dir: Option<PathBuf>,
-    fuel: Option<bool>,
-    keep_resident: Option<ByteSize>,
-    scratch_mode: Option<String>,
-    pool_instances: Option<i64>,
-    max_module: Option<ByteSize>,
-    compile_memory: Option<ByteSize>,
-    compile_timeout: Option<HumanDuration>,
-}
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPool {
@@ -129,43 +95,6 @@ struct RawPool {
     #[serde(default)]
     rate_costs: BTreeMap<String, i64>,
 }
-
-/// Sandbox engine settings from `[sandbox]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SandboxSettings {
-    /// Epoch ticker period (abort precision).
-    pub epoch_tick: Duration,
-    /// Use wasmtime's pooling allocator.
-    pub pooling: bool,
-    /// On-disk compilation cache; `None` uses the default location.
-    pub cache_dir: Option<PathBuf>,
-    /// Where per-job scratch directories are made; `None` uses
-    /// `$TMPDIR/boxcar-scratch`.
-    pub scratch_dir: Option<PathBuf>,
-    /// Enable fuel metering (needed by manifests that set `limits.fuel`).
-    pub fuel: bool,
-    /// Per pool slot, bytes of linear memory reset in place between jobs
-    /// (`None`: the sandbox default).
-    pub keep_resident: Option<usize>,
-    /// How scratch caps are enforced (`auto`, `tmpfs`, `directory`).
-    pub scratch_mode: boxcar_sandbox::ScratchMode,
-    /// Instances the pool holds; deployed handlers' concurrency must fit.
-    pub pool_instances: u32,
-    /// Largest module file deployed, in bytes; larger ones are refused
-    /// before compiling.
-    pub max_module: u64,
-    /// Memory a module's compile process may use, in bytes.
-    pub compile_memory: u64,
-    /// How long a module's compile process may run before it is killed.
-    pub compile_timeout: Duration,
-}
-
-/// Default `[sandbox] max_module`: 32 MiB.
-pub const DEFAULT_MAX_MODULE: u64 = 32 << 20;
-/// Default `[sandbox] compile_memory`: 1 GiB.
-pub const DEFAULT_COMPILE_MEMORY: u64 = 1 << 30;
-/// Default `[sandbox] compile_timeout`: 120 s.
-pub const DEFAULT_COMPILE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A resolved, validated configuration.
 #[derive(Clone, Debug)]
@@ -274,70 +203,7 @@ impl Config {
         queue.validate().map_err(|e| invalid(e.to_string()))?;
         worker.validate().map_err(|e| invalid(e.to_string()))?;
 
-        let pool_instances = positive_u32("sandbox.pool_instances", raw.sandbox.pool_instances)
-            .map_err(invalid)?
-            .unwrap_or(DEFAULT_POOL_INSTANCES);
-        if pool_instances > 100_000 {
-            return Err(invalid(format!(
-                "invalid option `sandbox.pool_instances`: {pool_instances} is more than 100000"
-            )));
-        }
-        let sandbox = SandboxSettings {
-            pool_instances,
-            epoch_tick: duration(raw.sandbox.epoch_tick, Duration::from_millis(1)),
-            pooling: raw.sandbox.pooling.unwrap_or(true),
-            cache_dir: raw.sandbox.cache_dir,
-            scratch_dir: raw.sandbox.scratch_dir,
-            fuel: raw.sandbox.fuel.unwrap_or(false),
-            keep_resident: match raw.sandbox.keep_resident {
-                None => None,
-                Some(ByteSize(bytes)) if bytes <= 1 << 30 => usize::try_from(bytes).ok(),
-                Some(ByteSize(bytes)) => {
-                    return Err(invalid(format!(
-                        "invalid option `sandbox.keep_resident`: {bytes} bytes is more than 1GiB"
-                    )))
-                }
-            },
-            scratch_mode: match raw.sandbox.scratch_mode.as_deref() {
-                None => boxcar_sandbox::ScratchMode::Auto,
-                Some(mode) => mode.parse().map_err(|_| {
-                    invalid(format!(
-                        "invalid option `sandbox.scratch_mode`: `{}` is not `auto`, `tmpfs` or `directory`",
-                        mode.escape_debug()
-                    ))
-                })?,
-            },
-            max_module: raw.sandbox.max_module.map_or(DEFAULT_MAX_MODULE, |b| b.0),
-            compile_memory: raw
-                .sandbox
-                .compile_memory
-                .map_or(DEFAULT_COMPILE_MEMORY, |b| b.0),
-            compile_timeout: duration(raw.sandbox.compile_timeout, DEFAULT_COMPILE_TIMEOUT),
-        };
-        if !(1 << 10..=1 << 30).contains(&sandbox.max_module) {
-            return Err(invalid(format!(
-                "invalid option `sandbox.max_module`: {} bytes is outside 1KiB..=1GiB",
-                sandbox.max_module
-            )));
-        }
-        if !(16 << 20..=1 << 40).contains(&sandbox.compile_memory) {
-            return Err(invalid(format!(
-                "invalid option `sandbox.compile_memory`: {} bytes is outside 16MiB..=1TiB",
-                sandbox.compile_memory
-            )));
-        }
-        if !(Duration::from_secs(1)..=Duration::from_secs(3600)).contains(&sandbox.compile_timeout)
-        {
-            return Err(invalid(format!(
-                "invalid option `sandbox.compile_timeout`: {:?} is outside 1s..=1h",
-                sandbox.compile_timeout
-            )));
-        }
-        if sandbox.epoch_tick.is_zero() {
-            return Err(invalid(
-                "invalid option `sandbox.epoch_tick`: must be positive".into(),
-            ));
-        }
+        let sandbox = sandbox::resolve(raw.sandbox).map_err(invalid)?;
         if let Some(token) = &raw.token {
             if token.trim().len() < 16 {
                 return Err(invalid(
@@ -360,7 +226,7 @@ impl Config {
                 "invalid option `schedules_owner`: must not be blank".into(),
             ));
         }
-        let schedules = resolve_schedules(raw.schedules).map_err(invalid)?;
+        let schedules = schedules::resolve(raw.schedules).map_err(invalid)?;
 
         Ok(Self {
             db: raw.db,
@@ -436,57 +302,6 @@ fn resolve_retention(raw: RawRetention) -> Result<Option<RetentionPolicy>, Strin
     )))
 }
 
-/// Validates `[[schedules]]`; every refused declaration is listed as
-/// `<id>: <reason>`.
-fn resolve_schedules(raw: Vec<RawSchedule>) -> Result<Vec<Schedule>, String> {
-    let mut specs = Vec::with_capacity(raw.len());
-    let mut errors = Vec::new();
-    for r in raw {
-        let instant = |key: &str, value: Option<toml::Value>| match value {
-            None => Ok(None),
-            Some(v) => parse_instant(&v)
-                .map(Some)
-                .map_err(|reason| format!("{}: `{key}` {reason}", r.id)),
-        };
-        let start_at = instant("start_at", r.start_at.clone());
-        let end_at = instant("end_at", r.end_at.clone());
-        match (start_at, end_at) {
-            (Ok(start_at), Ok(end_at)) => specs.push(ScheduleSpec {
-                id: r.id,
-                job_type: r.job_type,
-                payload: r.payload,
-                every: r.every.map(|d| d.0),
-                cron: r.cron,
-                tz: r.tz,
-                immediately: r.immediately,
-                start_at,
-                end_at,
-            }),
-            (Err(e), _) | (_, Err(e)) => errors.push(e),
-        }
-    }
-    match validate_all(&specs) {
-        Ok(schedules) if errors.is_empty() => Ok(schedules),
-        Ok(_) => Err(format!("invalid [[schedules]]: {}", errors.join("; "))),
-        Err(invalid) => {
-            errors.extend(invalid.iter().map(ToString::to_string));
-            Err(format!("invalid [[schedules]]: {}", errors.join("; ")))
-        }
-    }
-}
-
-/// An instant from a TOML offset date-time or an RFC 3339 string.
-fn parse_instant(value: &toml::Value) -> Result<chrono::DateTime<chrono::Utc>, String> {
-    let text = match value {
-        toml::Value::String(s) => s.clone(),
-        toml::Value::Datetime(d) => d.to_string(),
-        _ => return Err("must be a date-time with offset, e.g. 2026-01-01T00:00:00Z".into()),
-    };
-    chrono::DateTime::parse_from_rfc3339(&text)
-        .map(|t| t.with_timezone(&chrono::Utc))
-        .map_err(|_| format!("`{text}` is not a date-time with offset, e.g. 2026-01-01T00:00:00Z"))
-}
-
 fn resolve_pool(name: String, raw: RawPool) -> Result<PoolConfig, String> {
     let key = |field: &str| format!("pools.{name}.{field}");
     let concurrency = positive_u32(&key("concurrency"), raw.concurrency)?;
@@ -532,20 +347,20 @@ mod tests {
         assert_eq!(config.worker.shutdown_grace, Duration::from_secs(15));
         assert_eq!(config.queue.default_max_attempts, 3);
         assert!(config.worker.retention.is_none());
-        assert!(config.sandbox.pooling);
+        assert!(config.sandbox.engine.pooling);
         assert_eq!(
-            config.sandbox.scratch_mode,
+            config.sandbox.engine.scratch_mode,
             boxcar_sandbox::ScratchMode::Auto
         );
         let config = parse("[sandbox]\nscratch_mode = \"directory\"\n").expect("valid");
         assert_eq!(
-            config.sandbox.scratch_mode,
+            config.sandbox.engine.scratch_mode,
             boxcar_sandbox::ScratchMode::Directory
         );
-        assert_eq!(config.sandbox.pool_instances, DEFAULT_POOL_INSTANCES);
+        assert_eq!(config.sandbox.engine.pool_instances, 256);
         assert_eq!(config.sandbox.max_module, 32 << 20);
-        assert_eq!(config.sandbox.compile_memory, DEFAULT_COMPILE_MEMORY);
-        assert_eq!(config.sandbox.compile_timeout, DEFAULT_COMPILE_TIMEOUT);
+        assert_eq!(config.sandbox.compile_memory, 1 << 30);
+        assert_eq!(config.sandbox.compile_timeout, Duration::from_secs(120));
         let set = parse(
             "[sandbox]\nmax_module = \"1MiB\"\ncompile_memory = \"64MiB\"\ncompile_timeout = \"5s\"\n",
         )
@@ -631,68 +446,6 @@ mod tests {
             let error = parse(text).unwrap_err().to_string();
             assert!(error.contains(option), "{text:?} gave {error}");
         }
-    }
-
-    #[test]
-    fn schedules_resolve_and_each_bad_one_is_named() {
-        let config = parse(
-            r#"
-            [[schedules]]
-            id = "nightly-reconcile"
-            job_type = "app.reconcile"
-            cron = "17 3 * * *"
-            tz = "Europe/Berlin"
-            payload = { full = true }
-            [[schedules]]
-            id = "tick"
-            job_type = "app.tick"
-            every = "5m"
-            start_at = 2026-01-01T00:00:00Z
-            "#,
-        )
-        .expect("valid");
-        assert_eq!(config.schedules.len(), 2);
-        assert_eq!(config.schedules[0].def().payload, r#"{"full":true}"#);
-        assert_eq!(config.schedules[1].def().every_ms, Some(300_000));
-
-        let error = parse(
-            r#"
-            [[schedules]]
-            id = "both"
-            job_type = "a"
-            every = "1s"
-            cron = "* * * * *"
-            [[schedules]]
-            id = "zone"
-            job_type = "a"
-            cron = "* * * * *"
-            tz = "Nowhere/Land"
-            [[schedules]]
-            id = "zone"
-            job_type = "a"
-            every = "1s"
-            [[schedules]]
-            id = "when"
-            job_type = "a"
-            every = "1s"
-            start_at = "tomorrow"
-            "#,
-        )
-        .unwrap_err()
-        .to_string();
-        for expected in [
-            "both: set exactly one of `every` and `cron`",
-            "zone: `tz` `Nowhere/Land` is not an IANA time zone",
-            "zone: declared more than once",
-            "when: `start_at` `tomorrow` is not a date-time",
-        ] {
-            assert!(error.contains(expected), "{error}");
-        }
-        let error =
-            parse("[[schedules]]\nid = \"x\"\njob_type = \"a\"\nevery = \"1s\"\nevry = 1\n")
-                .unwrap_err()
-                .to_string();
-        assert!(error.contains("evry"), "{error}");
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! Hot deploy: keeps the registry in step with a handlers directory.
 //!
 //! A handler is a pair `name.wasm` + `name.toml` in the directory. Each
-//! reconcile pass scans the directory and compares every pair's fingerprint
-//! (digest of the module bytes and of the manifest text) with what is
-//! deployed: new or changed pairs are validated (manifest, pin, world),
+//! reconcile pass scans the directory ([`scan`]) and compares every pair's
+//! fingerprint (digest of the module bytes, hashed once per change of the
+//! file, and of the manifest text) with what is deployed: new or changed pairs are validated (manifest, pin, world),
 //! compiled through the sandbox's cache and swapped into the registry;
 //! pairs that disappeared are undeployed. File-system events only trigger a
 //! pass (debounced), and a slow periodic pass catches anything missed, so
@@ -18,8 +18,9 @@
 //! - A rejected pair never disturbs the version already serving its types.
 //! - A compile whose pair changed or disappeared meanwhile is discarded:
 //!   only the newest content of a name is installed or rejected.
-//! - The registry swap is per type and atomic; in-flight jobs keep the
-//!   `Arc` of the version that started them.
+//! - A pair's types are deployed, replaced and undeployed in one registry
+//!   swap: all of them or none; in-flight jobs keep the `Arc` of the
+//!   version that started them.
 //! - Every deploy, rejection and removal is recorded in the store, and
 //!   after every deploy and removal the store's deployed types hold this
 //!   host's served set (before the deploy is logged).
@@ -28,11 +29,12 @@
 
 pub mod compile;
 mod prepare;
+pub mod scan;
 
-pub use prepare::{prepare, DeployError, Prepared};
+pub use prepare::{prepare, prepare_read, DeployError, Prepared};
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     path::{Path, PathBuf},
     sync::{
         atomic::{AtomicU64, Ordering},
@@ -41,17 +43,15 @@ use std::{
     time::Duration,
 };
 
-use boxcar_queue::{HandlerEventKind, HandlerSettings, PayloadValidator, Queue, Registry};
-use boxcar_sandbox::Sandbox;
+use boxcar_queue::{HandlerEventKind, Queue, Registry};
+use boxcar_sandbox::{ModuleBytes, Sandbox};
 use chrono::Utc;
 use parking_lot::Mutex;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use crate::{
-    manifest::Manifest, protected::ProtectedPaths, schema::JsonSchemaValidator, views::time,
-};
+use crate::{manifest::Manifest, protected::ProtectedPaths, views::time};
 
 /// How long file-system events are gathered before a pass runs.
 const DEBOUNCE: Duration = Duration::from_millis(150);
@@ -107,6 +107,17 @@ pub struct Rejection {
     pub reason: String,
 }
 
+/// A pair claimed by a pass, to prepare and install.
+struct Work {
+    name: String,
+    pair: scan::Pair,
+    fingerprint: String,
+    generation: u64,
+    /// The module, when the pass read it (absent when it is over the size
+    /// limit or could not be read: preparing says why).
+    bytes: Option<ModuleBytes>,
+}
+
 #[derive(Default)]
 struct State {
     /// name → (fingerprint, pair)
@@ -129,6 +140,8 @@ pub struct Deployer {
     in_flight: Mutex<BTreeMap<String, (String, u64)>>,
     generation: AtomicU64,
     protected: Mutex<ProtectedPaths>,
+    /// Module digests, each computed once per change of its file.
+    digests: Mutex<scan::ModuleDigests>,
 }
 
 impl Deployer {
@@ -157,6 +170,7 @@ impl Deployer {
             in_flight: Mutex::new(BTreeMap::new()),
             generation: AtomicU64::new(0),
             protected: Mutex::new(protected),
+            digests: Mutex::new(scan::ModuleDigests::default()),
         })
     }
 
@@ -191,48 +205,66 @@ impl Deployer {
     /// run concurrently and without the lock, so passes may overlap.
     pub async fn reconcile(&self) {
         let work = self.plan().await;
-        futures::future::join_all(work.into_iter().map(
-            |(name, module, manifest, fingerprint, generation)| async move {
-                let prepared = prepare(&self.sandbox, &self.budget, &module, &manifest).await;
-                let _swap = self.pass.lock().await;
-                {
-                    let mut in_flight = self.in_flight.lock();
-                    if in_flight.get(&name).map(|(_, g)| *g) != Some(generation) {
-                        return;
-                    }
-                    in_flight.remove(&name);
+        futures::future::join_all(work.into_iter().map(|work| async move {
+            let Work {
+                name,
+                pair,
+                fingerprint,
+                generation,
+                bytes,
+            } = work;
+            let prepared = match bytes {
+                Some(bytes) => {
+                    prepare_read(
+                        &self.sandbox,
+                        &self.budget,
+                        &pair.module,
+                        &pair.manifest,
+                        bytes,
+                    )
+                    .await
                 }
-                let outcome = match prepared {
-                    Ok(prepared) => self.install(&name, prepared).await,
-                    Err(error) => Err(error),
-                };
-                self.settle(name, fingerprint, outcome).await;
-            },
-        ))
+                None => prepare(&self.sandbox, &self.budget, &pair.module, &pair.manifest).await,
+            };
+            let _swap = self.pass.lock().await;
+            {
+                let mut in_flight = self.in_flight.lock();
+                if in_flight.get(&name).map(|(_, g)| *g) != Some(generation) {
+                    return;
+                }
+                in_flight.remove(&name);
+            }
+            let outcome = match prepared {
+                Ok(prepared) => self.install(&name, prepared).await,
+                Err(error) => Err(error),
+            };
+            self.settle(name, fingerprint, outcome).await;
+        }))
         .await;
     }
 
     /// Under the lock: scans, undeploys removed pairs, and claims the new
-    /// and changed ones (name, module, manifest, fingerprint, generation).
-    async fn plan(&self) -> Vec<(String, PathBuf, PathBuf, String, u64)> {
+    /// and changed ones. A module is read only when it is new or its file
+    /// changed, or when its pair is claimed (to compile it).
+    async fn plan(&self) -> Vec<Work> {
         let _one_pass_at_a_time = self.pass.lock().await;
-        let pairs = match scan(&self.dir) {
+        let pairs = match scan::pairs(&self.dir) {
             Ok(pairs) => pairs,
             Err(error) => {
                 tracing::error!(dir = %self.dir.display(), %error, "cannot read the handlers directory");
                 return Vec::new();
             }
         };
-        let present: BTreeSet<String> = pairs.keys().cloned().collect();
+        self.digests.lock().retain(&pairs);
         self.in_flight
             .lock()
-            .retain(|name, _| present.contains(name));
+            .retain(|name, _| pairs.contains_key(name));
         let gone: Vec<String> = {
             let state = self.state.lock();
             state
                 .deployed
                 .keys()
-                .filter(|name| !present.contains(*name))
+                .filter(|name| !pairs.contains_key(*name))
                 .cloned()
                 .collect()
         };
@@ -240,14 +272,17 @@ impl Deployer {
             self.undeploy(&name).await;
         }
         let mut work = Vec::new();
-        for (name, (module, manifest)) in pairs {
-            let fingerprint = match fingerprint(&module, &manifest, self.budget.max_module) {
-                Ok(f) => f,
-                Err(error) => {
-                    tracing::debug!(%name, %error, "pair not readable yet");
-                    continue;
-                }
-            };
+        for (name, pair) in pairs {
+            let max_module = self.budget.max_module;
+            let seen = self.digests.lock().look(&name, &pair.module, max_module);
+            let (fingerprint, read) =
+                match seen.and_then(|seen| Ok((fingerprint(&seen.key, &pair.manifest)?, seen))) {
+                    Ok((fingerprint, seen)) => (fingerprint, seen.read),
+                    Err(error) => {
+                        tracing::debug!(%name, %error, "pair not readable yet");
+                        continue;
+                    }
+                };
             {
                 let state = self.state.lock();
                 let same_deployed = state
@@ -267,11 +302,21 @@ impl Deployer {
                     continue;
                 }
             }
+            let bytes = match read {
+                Some(bytes) => Some(bytes),
+                None => self.digests.lock().read(&name, &pair.module, max_module),
+            };
             let generation = self.generation.fetch_add(1, Ordering::Relaxed);
             self.in_flight
                 .lock()
                 .insert(name.clone(), (fingerprint.clone(), generation));
-            work.push((name, module, manifest, fingerprint, generation));
+            work.push(Work {
+                name,
+                pair,
+                fingerprint,
+                generation,
+                bytes,
+            });
         }
         work
     }
@@ -348,50 +393,30 @@ impl Deployer {
                 }
             }
         }
-        let validator: Option<Arc<dyn PayloadValidator>> = match &manifest.payload_schema {
-            None => None,
-            Some(schema) => Some(Arc::new(JsonSchemaValidator::new(schema).map_err(
-                |message| DeployError::Registry {
-                    path: manifest.path.clone(),
-                    message,
-                },
-            )?)),
-        };
         let reservation = self
             .sandbox
-            .reserve_instances(name, manifest.concurrency, manifest.job_types.len())
+            .reserve_instances(name, manifest.concurrency(), manifest.job_types.len())
             .map_err(|source| DeployError::Sandbox {
                 path: manifest.path.clone(),
                 source,
             })?;
         let handler: Arc<dyn boxcar_queue::Handler> = prepared.handler.clone();
-        for job_type in &manifest.job_types {
-            let mut settings = HandlerSettings::default();
-            settings.concurrency = u32::try_from(manifest.concurrency).unwrap_or(u32::MAX);
-            settings.timeout = manifest.timeout;
-            settings.lease_duration = manifest.lease_duration;
-            settings.lease_renew_interval = None;
-            settings.max_attempts = manifest.max_attempts;
-            settings.may_enqueue = manifest.capabilities.may_enqueue.clone();
-            settings.enqueue_bounds = manifest.limits.enqueue.clone();
-            settings.serialize_by_scope = manifest.serialize_by_scope;
-            settings.not_while_running = manifest.not_while_running.clone();
-            settings.waits_for = manifest.waits_for.clone();
-            settings.payload_validator = validator.clone();
-            self.registry
-                .register(job_type.clone(), handler.clone(), settings)
-                .map_err(|error| DeployError::Registry {
-                    path: manifest.path.clone(),
-                    message: error.to_string(),
-                })?;
-        }
-        reservation.keep();
-        for stale in previous_types
+        let register = manifest
+            .job_types
             .iter()
+            .map(|job_type| (job_type.clone(), handler.clone(), manifest.settings.clone()))
+            .collect();
+        let stale: Vec<String> = previous_types
+            .into_iter()
             .filter(|t| !manifest.job_types.contains(t))
-        {
-            self.registry.remove(stale);
-        }
+            .collect();
+        self.registry
+            .swap(register, &stale)
+            .map_err(|error| DeployError::Registry {
+                path: manifest.path.clone(),
+                message: error.to_string(),
+            })?;
+        reservation.keep();
         for job_type in &manifest.job_types {
             if let Err(error) = self
                 .queue
@@ -400,7 +425,7 @@ impl Deployer {
                     Some(job_type),
                     Some(name),
                     Some(&prepared.digest),
-                    Some(&format!("grants: {}", manifest.capabilities.summary())),
+                    Some(&format!("grants: {}", manifest.grants_summary())),
                 )
                 .await
             {
@@ -416,9 +441,9 @@ impl Deployer {
             job_types: manifest.job_types.clone(),
             digest: prepared.digest.clone(),
             deployed_at: time(Utc::now()),
-            concurrency: manifest.concurrency,
-            timeout_ms: manifest.timeout.as_millis(),
-            may_enqueue: manifest.capabilities.may_enqueue.clone(),
+            concurrency: manifest.concurrency(),
+            timeout_ms: manifest.settings.timeout.as_millis(),
+            may_enqueue: manifest.settings.may_enqueue.clone(),
             http: manifest
                 .capabilities
                 .http
@@ -444,9 +469,11 @@ impl Deployer {
         let Some((_, pair)) = self.state.lock().deployed.remove(name) else {
             return;
         };
+        if let Err(error) = self.registry.swap(Vec::new(), &pair.job_types) {
+            tracing::error!(handler = %name, %error, "could not remove the handler's types");
+        }
         self.sandbox.release_instances(name);
         for job_type in &pair.job_types {
-            self.registry.remove(job_type);
             if let Err(error) = self
                 .queue
                 .record_handler_event(
@@ -524,48 +551,16 @@ pub fn with_causes(error: &dyn std::error::Error) -> String {
     text
 }
 
-/// Pairs in `dir`: name → (module path, manifest path). A module without a
-/// manifest (or the reverse) is not a pair yet.
-fn scan(dir: &Path) -> std::io::Result<BTreeMap<String, (PathBuf, PathBuf)>> {
-    let mut pairs = BTreeMap::new();
-    for entry in std::fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("wasm") {
-            continue;
-        }
-        let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
-            continue;
-        };
-        if name.starts_with('.') {
-            continue;
-        }
-        let manifest = path.with_extension("toml");
-        if manifest.is_file() {
-            pairs.insert(name.to_string(), (path.clone(), manifest));
-        }
-    }
-    Ok(pairs)
-}
-
-/// Digest of the pair's content. A module over `max_module` is not read:
-/// its size and modification time stand in for its bytes (it is refused
-/// anyway, and reading it every pass would cost what the limit prevents).
-fn fingerprint(module: &Path, manifest: &Path, max_module: u64) -> std::io::Result<String> {
+/// Digest of a pair's content: its module's identity ([`scan::Seen::key`]),
+/// the manifest text and the payload schema it names.
+fn fingerprint(module: &str, manifest: &Path) -> std::io::Result<String> {
+    let text = std::fs::read(manifest)?;
     let mut hasher = Sha256::new();
-    let meta = std::fs::metadata(module)?;
-    if meta.len() > max_module {
-        hasher.update(format!(
-            "oversized:{}:{:?}",
-            meta.len(),
-            meta.modified().ok()
-        ));
-    } else {
-        hasher.update(std::fs::read(module)?);
-    }
+    hasher.update(module);
     hasher.update([0u8]);
-    hasher.update(std::fs::read(manifest)?);
-    if let Ok(text) = std::fs::read_to_string(manifest) {
-        if let Ok(m) = Manifest::parse(manifest, &text) {
+    hasher.update(&text);
+    if let Ok(text) = std::str::from_utf8(&text) {
+        if let Ok(m) = Manifest::parse(manifest, text) {
             if let Some(schema) = &m.payload_schema {
                 hasher.update(schema.to_string());
             }

@@ -46,7 +46,8 @@ pub trait PayloadValidator: Send + Sync + 'static {
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct HandlerSettings {
-    /// Most jobs of the type running at once on this host.
+    /// Most jobs of the type running at once on this host. Default 4 (a
+    /// manifest without `concurrency` gets the same).
     pub concurrency: u32,
     /// Wall-clock limit per run.
     pub timeout: Duration,
@@ -74,7 +75,7 @@ pub struct HandlerSettings {
 impl Default for HandlerSettings {
     fn default() -> Self {
         Self {
-            concurrency: 1,
+            concurrency: 4,
             timeout: Duration::from_secs(60),
             lease_duration: None,
             lease_renew_interval: None,
@@ -259,6 +260,65 @@ fn waits_for_cycle(handlers: &BTreeMap<String, Arc<HandlerEntry>>) -> Option<Str
         .find_map(|t| visit(t, handlers, &mut Vec::new(), &mut done))
 }
 
+/// A registration checked on its own (the checks that need no other type).
+fn entry(
+    job_type: String,
+    handler: Arc<dyn Handler>,
+    settings: HandlerSettings,
+) -> Result<Arc<HandlerEntry>, RegistryError> {
+    let bad = |setting, reason: &str| RegistryError::BadSetting {
+        job_type: job_type.clone(),
+        setting,
+        reason: reason.to_string(),
+    };
+    if job_type.trim().is_empty() {
+        return Err(bad("job_type", "must not be empty"));
+    }
+    if settings.concurrency == 0 {
+        return Err(bad("concurrency", "must be at least 1"));
+    }
+    if settings.timeout.is_zero() {
+        return Err(bad("timeout", "must be positive"));
+    }
+    if settings.lease_duration.is_some_and(|d| d.is_zero()) {
+        return Err(bad("lease_duration", "must be positive"));
+    }
+    if settings.lease_renew_interval.is_some_and(|d| d.is_zero()) {
+        return Err(bad("lease_renew_interval", "must be positive"));
+    }
+    if settings.max_attempts == Some(0) {
+        return Err(bad("max_attempts", "must be a positive integer"));
+    }
+    let durations = [
+        ("timeout", Some(settings.timeout), MAX_HANDLER_TIMEOUT),
+        (
+            "lease_duration",
+            settings.lease_duration,
+            MAX_LEASE_DURATION,
+        ),
+        (
+            "lease_renew_interval",
+            settings.lease_renew_interval,
+            MAX_LEASE_DURATION,
+        ),
+    ];
+    for (setting, value, max) in durations {
+        if let Some(Err(reason)) = value.map(|d| at_most(d, max)) {
+            return Err(bad(setting, &reason));
+        }
+    }
+    if let Err((setting, reason)) = settings.enqueue_bounds.validate() {
+        return Err(bad(setting, &reason));
+    }
+    let version = handler.version();
+    Ok(Arc::new(HandlerEntry {
+        job_type,
+        handler,
+        settings,
+        version,
+    }))
+}
+
 impl Registry {
     /// An empty registry.
     pub fn new() -> Arc<Self> {
@@ -276,61 +336,35 @@ impl Registry {
         handler: Arc<dyn Handler>,
         settings: HandlerSettings,
     ) -> Result<(), RegistryError> {
-        let job_type = job_type.into();
-        let bad = |setting, reason: &str| RegistryError::BadSetting {
-            job_type: job_type.clone(),
-            setting,
-            reason: reason.to_string(),
-        };
-        if job_type.trim().is_empty() {
-            return Err(bad("job_type", "must not be empty"));
-        }
-        if settings.concurrency == 0 {
-            return Err(bad("concurrency", "must be at least 1"));
-        }
-        if settings.timeout.is_zero() {
-            return Err(bad("timeout", "must be positive"));
-        }
-        if settings.lease_duration.is_some_and(|d| d.is_zero()) {
-            return Err(bad("lease_duration", "must be positive"));
-        }
-        if settings.lease_renew_interval.is_some_and(|d| d.is_zero()) {
-            return Err(bad("lease_renew_interval", "must be positive"));
-        }
-        if settings.max_attempts == Some(0) {
-            return Err(bad("max_attempts", "must be a positive integer"));
-        }
-        let durations = [
-            ("timeout", Some(settings.timeout), MAX_HANDLER_TIMEOUT),
-            (
-                "lease_duration",
-                settings.lease_duration,
-                MAX_LEASE_DURATION,
-            ),
-            (
-                "lease_renew_interval",
-                settings.lease_renew_interval,
-                MAX_LEASE_DURATION,
-            ),
-        ];
-        for (setting, value, max) in durations {
-            if let Some(Err(reason)) = value.map(|d| at_most(d, max)) {
-                return Err(bad(setting, &reason));
-            }
-        }
-        if let Err((setting, reason)) = settings.enqueue_bounds.validate() {
-            return Err(bad(setting, &reason));
-        }
-        let version = handler.version();
-        let entry = Arc::new(HandlerEntry {
-            job_type: job_type.clone(),
-            handler,
-            settings,
-            version,
-        });
+        self.swap(vec![(job_type.into(), handler, settings)], &[])
+    }
+
+    /// Deploys (or replaces) every type of `register` and undeploys every
+    /// type of `remove`, in one change: dispatch sees the registry before or
+    /// after, never in between, and when any registration is refused
+    /// nothing changes. A handler serving several types is deployed,
+    /// replaced and undeployed this way, all its types or none.
+    ///
+    /// # Errors
+    /// As [`Registry::register`], for the first refused type; the previous
+    /// versions keep serving.
+    pub fn swap(
+        &self,
+        register: Vec<(String, Arc<dyn Handler>, HandlerSettings)>,
+        remove: &[String],
+    ) -> Result<(), RegistryError> {
+        let entries = register
+            .into_iter()
+            .map(|(job_type, handler, settings)| entry(job_type, handler, settings))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut inner = self.inner.write();
         let mut next = inner.handlers.clone();
-        next.insert(job_type.clone(), entry);
+        for job_type in remove {
+            next.remove(job_type);
+        }
+        for entry in entries {
+            next.insert(entry.job_type.clone(), entry);
+        }
         if let Some(cycle) = waits_for_cycle(&next) {
             return Err(RegistryError::WaitsForCycle(cycle));
         }
@@ -527,4 +561,63 @@ fn one_sided(handlers: &BTreeMap<String, Arc<HandlerEntry>>) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::{HandlerSettings, Registry, RegistryError};
+    use crate::{bench::NoopHandler, Handler};
+
+    fn waits_for(types: &[&str]) -> HandlerSettings {
+        HandlerSettings {
+            waits_for: types.iter().map(ToString::to_string).collect(),
+            ..HandlerSettings::default()
+        }
+    }
+
+    #[test]
+    fn a_swap_changes_every_type_or_none() {
+        let registry = Registry::new();
+        let handler: Arc<dyn Handler> = Arc::new(NoopHandler);
+        registry
+            .register("c", handler.clone(), waits_for(&["b"]))
+            .unwrap();
+        let v1 = vec![
+            ("a".to_string(), handler.clone(), waits_for(&[])),
+            ("b".to_string(), handler.clone(), waits_for(&[])),
+        ];
+        registry.swap(v1, &[]).unwrap();
+        // The second type closes a cycle (b -> c -> b): neither changes.
+        let v2 = vec![
+            ("a".to_string(), handler.clone(), waits_for(&["c"])),
+            ("b".to_string(), handler.clone(), waits_for(&["c"])),
+        ];
+        let refused = registry.swap(v2, &[]).unwrap_err();
+        assert!(
+            matches!(&refused, RegistryError::WaitsForCycle(c) if c.contains('b')),
+            "{refused}"
+        );
+        for job_type in ["a", "b"] {
+            let entry = registry.get(job_type).expect("still served");
+            assert!(entry.settings.waits_for.is_empty(), "{job_type} changed");
+        }
+        // A refused setting on the second type leaves the set as it was.
+        let bad = HandlerSettings {
+            concurrency: 0,
+            ..HandlerSettings::default()
+        };
+        let removed_too = vec![("d".to_string(), handler.clone(), bad)];
+        assert!(registry.swap(removed_too, &["a".to_string()]).is_err());
+        assert!(registry.get("a").is_some() && registry.get("d").is_none());
+        // Replacing and removing in one swap.
+        registry
+            .swap(
+                vec![("d".to_string(), handler, waits_for(&[]))],
+                &["a".to_string(), "b".to_string()],
+            )
+            .unwrap();
+        assert_eq!(registry.types(), ["c", "d"]);
+    }
 }

@@ -130,7 +130,6 @@ async fn per_job_with_capabilities(runs: usize, services: &Arc<dyn JobServices>)
             ("B".to_string(), "2".to_string()),
         ]
         .into(),
-        ..Capabilities::default()
     };
     let echo = sb
         .load(&bytes, HandlerLimits::default(), caps)

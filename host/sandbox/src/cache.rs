@@ -49,19 +49,17 @@ pub(crate) fn load(engine: &Engine, path: &Path) -> Option<Component> {
 }
 
 /// Loads an artifact made by [`crate::precompile`] (see
-/// [`Sandbox::load_compiled_by`](crate::Sandbox::load_compiled_by)).
-pub(crate) fn from_artifact(engine: &Engine, artifact: &[u8]) -> Result<Component, SandboxError> {
+/// [`Sandbox::load_compiled_by`](crate::Sandbox::load_compiled_by)). The
+/// error is wasmtime's: the caller tells a component over the pool's
+/// per-component limits from an artifact that does not load.
+pub(crate) fn from_artifact(engine: &Engine, artifact: &[u8]) -> wasmtime::Result<Component> {
     // SAFETY: the caller of `load_compiled_by` vouches that the artifact was
     // made by `precompile` in a host-controlled process and stored where
     // only the host writes; wasmtime checks the format, version and engine
     // compatibility hash before using it.
     #[allow(unsafe_code)]
     let loaded = unsafe { Component::deserialize(engine, artifact) };
-    loaded.map_err(|e| {
-        SandboxError::Compile(format!(
-            "the separately compiled artifact does not load ({e:#}); the compile process must run the same boxcar build with the same sandbox settings"
-        ))
-    })
+    loaded
 }
 
 /// Writes a compiled component atomically.

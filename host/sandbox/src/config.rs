@@ -61,10 +61,6 @@ pub struct SandboxConfig {
     /// Enable fuel metering for the engine (needed for `HandlerLimits::fuel`;
     /// costs some speed for every guest). Default false.
     pub fuel: bool,
-    /// After the deadline or a cancel, how long a run stuck inside a host
-    /// call (e.g. a WASI sleep) may take before it is dropped. Guests
-    /// running wasm are stopped by the epoch check regardless. Default 0.
-    pub abandon_grace: Duration,
     /// Where per-job scratch directories (`Capabilities::scratch`) are
     /// created, one fresh sub-directory (or tmpfs mount point) per job,
     /// removed after it. Created when the sandbox is built. Must be
@@ -94,7 +90,6 @@ impl Default for SandboxConfig {
             cache_dir: None,
             max_wasm_stack: 512 << 10,
             fuel: false,
-            abandon_grace: Duration::ZERO,
             scratch_dir: None,
             scratch_mode: ScratchMode::Auto,
             epoch_interruption: true,
@@ -194,12 +189,6 @@ impl SandboxConfig {
                 format!("{} bytes is more than 1 GiB", self.memory_keep_resident),
             );
         }
-        if self.abandon_grace > Duration::from_secs(60) {
-            return bad(
-                "abandon_grace",
-                format!("{:?} is more than 60s", self.abandon_grace),
-            );
-        }
         Ok(())
     }
 }
@@ -259,15 +248,19 @@ impl Default for HandlerLimits {
 }
 
 impl HandlerLimits {
-    /// Checks the limits against the sandbox's configuration.
+    /// Checks the limits against the sandbox's configuration: the checks of
+    /// [`HandlerLimits::validate_form`], then `memory` within
+    /// `max_memory`, `fuel` only with fuel metering, `instances` and
+    /// `tables` within one job's pool share.
     ///
     /// # Errors
-    /// [`SandboxError::Limits`] naming the field.
+    /// [`SandboxError::Limits`] beginning with the field's name.
     pub fn validate(&self, config: &SandboxConfig) -> Result<(), SandboxError> {
+        self.validate_form()?;
         let bad = |why: String| Err(SandboxError::Limits(why));
-        if self.memory < 64 << 10 || self.memory > config.max_memory {
+        if self.memory > config.max_memory {
             return bad(format!(
-                "memory: {} bytes is outside 64 KiB..={} (the sandbox's max_memory)",
+                "memory: {} bytes is more than the sandbox's max_memory ({})",
                 self.memory, config.max_memory
             ));
         }
@@ -275,21 +268,6 @@ impl HandlerLimits {
             return bad(
                 "fuel: this sandbox was built without fuel metering; enable SandboxConfig::fuel or remove the fuel limit".into(),
             );
-        }
-        if self.fuel == Some(0) {
-            return bad("fuel: 0 would stop every job at once; omit it for unmetered".into());
-        }
-        if self.max_log_line == 0 || self.max_log_line > self.max_log.max(1) {
-            return bad(format!(
-                "max_log_line: {} must be between 1 and max_log ({})",
-                self.max_log_line, self.max_log
-            ));
-        }
-        if self.max_log_lines == 0 {
-            return bad("max_log_lines: 0 would stop a job at its first log line".into());
-        }
-        if self.tables == 0 || self.instances == 0 {
-            return bad("tables and instances must be at least 1".into());
         }
         if self.instances > config.job_instances as usize {
             return bad(format!(
@@ -303,6 +281,40 @@ impl HandlerLimits {
                 self.tables, config.job_tables
             ));
         }
+        Ok(())
+    }
+
+    /// The checks of [`HandlerLimits::validate`] that need no sandbox: for
+    /// manifests, checked before any sandbox exists.
+    ///
+    /// # Errors
+    /// [`SandboxError::Limits`] beginning with the field's name (`memory: …`).
+    pub fn validate_form(&self) -> Result<(), SandboxError> {
+        let bad = |why: String| Err(SandboxError::Limits(why));
+        if self.memory < MIN_MEMORY {
+            return bad(format!(
+                "memory: {} bytes is less than 1 MiB; a component needs memory to start",
+                self.memory
+            ));
+        }
+        if self.fuel == Some(0) {
+            return bad("fuel: 0 would stop every job at once; omit it for unmetered".into());
+        }
+        if self.max_log_line == 0 || self.max_log_line > self.max_log.max(1) {
+            return bad(format!(
+                "max_log_line: {} must be between 1 and max_log ({})",
+                self.max_log_line, self.max_log
+            ));
+        }
+        if self.max_log_lines == 0 {
+            return bad("max_log_lines: 0 would stop a job at its first log line".into());
+        }
+        if self.tables == 0 {
+            return bad("tables: must be at least 1".into());
+        }
+        if self.instances == 0 {
+            return bad("instances: must be at least 1".into());
+        }
         if self.max_http_body == 0 {
             return bad("max_http_body: 0 would refuse every response body".into());
         }
@@ -310,15 +322,17 @@ impl HandlerLimits {
     }
 }
 
+/// The smallest `memory` limit: a component needs memory to start.
+const MIN_MEMORY: u64 = 1 << 20;
+
 /// What a handler may do beyond computing (from the manifest's
 /// `[capabilities]`). Nothing is granted by default: no network, no files,
-/// no environment. See the README's "Capabilities" section.
+/// no environment. Which job types a guest may enqueue is not here: the
+/// sandbox forwards every enqueue call to the run's `JobServices`, and the
+/// queue alone decides (`HandlerSettings::may_enqueue`). See the README's
+/// "Capabilities" section.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Capabilities {
-    /// Job types this handler may enqueue. Informational here: the
-    /// queue's `JobServices` (the run's `HandlerSettings::may_enqueue`)
-    /// enforces it; the sandbox forwards every enqueue call there.
-    pub may_enqueue: Vec<String>,
     /// Origins outbound `wasi:http` requests may go to; empty refuses all.
     pub http: Vec<HttpOrigin>,
     /// Host directories preopened in the guest.
@@ -335,7 +349,6 @@ pub struct Capabilities {
 impl fmt::Debug for Capabilities {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Capabilities")
-            .field("may_enqueue", &self.may_enqueue)
             .field("http", &self.http)
             .field("dirs", &self.dirs)
             .field("scratch", &self.scratch)

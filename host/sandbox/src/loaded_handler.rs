@@ -7,8 +7,9 @@
 //! - The epoch callback stops the guest within one tick of the deadline or
 //!   of `ctx.cancel`; otherwise it yields to the async runtime, so a guest
 //!   that never returns cannot block a host thread.
-//! - A run stuck inside a host call is dropped `abandon_grace` after the
-//!   deadline or cancel.
+//! - A run stuck inside a host call is dropped at the deadline or cancel;
+//!   how long a caller waits for an aborted handler is the queue engine's
+//!   `abandon_grace`, not the sandbox's.
 //! - A guest that answers with an error after cancel (or the deadline) —
 //!   typically because `cancelled()` told it to stop — ends `Cancelled`
 //!   (`TimedOut`); a success that lands is kept.
@@ -133,13 +134,12 @@ impl LoadedHandler {
             return Outcome::Cancelled;
         }
         let deadline = Instant::now() + remaining;
-        let grace = self.shared.config.abandon_grace;
         let cancel = ctx.cancel.clone();
         tokio::select! {
             biased;
             outcome = self.execute(job, ctx, deadline) => outcome,
-            () = tokio::time::sleep_until((deadline + grace).into()) => Outcome::TimedOut,
-            () = async { cancel.cancelled().await; tokio::time::sleep(grace).await } => Outcome::Cancelled,
+            () = tokio::time::sleep_until(deadline.into()) => Outcome::TimedOut,
+            () = cancel.cancelled() => Outcome::Cancelled,
         }
     }
 

@@ -21,7 +21,6 @@ use std::{
     time::Instant,
 };
 
-use sha2::{Digest, Sha256};
 use wasmtime::{
     component::{Component, HasSelf, Linker},
     Engine, InstanceAllocationStrategy, PoolingAllocationConfig,
@@ -32,11 +31,11 @@ use crate::{
     budget::{InstanceReservation, PoolBudget},
     cache,
     loaded_handler::{LoadReport, LoadedHandler},
-    scratch,
+    module_bytes, scratch,
     shared::Shared,
     state::HostState,
     ticker::Ticker,
-    Capabilities, HandlerLimits, SandboxConfig, SandboxError, ScratchMode,
+    Capabilities, HandlerLimits, ModuleBytes, SandboxConfig, SandboxError, ScratchMode,
 };
 
 /// Turns component bytes into an artifact of [`precompile`](crate::precompile)
@@ -236,12 +235,13 @@ impl Sandbox {
         limits: HandlerLimits,
         caps: Capabilities,
     ) -> Result<(Arc<LoadedHandler>, LoadReport), SandboxError> {
-        self.load_inner(bytes, limits, caps, None)
+        self.load_inner(bytes, &module_bytes::digest(bytes), limits, caps, None)
     }
 
-    /// [`Sandbox::load_with_report`], but a cache miss is compiled by
-    /// `compile` — typically [`precompile`](crate::precompile) in a separate
-    /// process with memory and time limits — and its artifact loaded here.
+    /// [`Sandbox::load_with_report`] of bytes already hashed, and a cache
+    /// miss is compiled by `compile` — typically
+    /// [`precompile`](crate::precompile) in a separate process with memory
+    /// and time limits — and its artifact loaded here.
     ///
     /// Trust: loading an artifact runs native code. `compile` must return
     /// what [`precompile`](crate::precompile) made with this sandbox's
@@ -254,17 +254,18 @@ impl Sandbox {
     /// [`SandboxError::Compile`] when the artifact does not load.
     pub fn load_compiled_by(
         &self,
-        bytes: &[u8],
+        module: &ModuleBytes,
         limits: HandlerLimits,
         caps: Capabilities,
         compile: &Compiler<'_>,
     ) -> Result<(Arc<LoadedHandler>, LoadReport), SandboxError> {
-        self.load_inner(bytes, limits, caps, Some(compile))
+        self.load_inner(module.bytes(), module.digest(), limits, caps, Some(compile))
     }
 
     fn load_inner(
         &self,
         bytes: &[u8],
+        digest: &str,
         limits: HandlerLimits,
         caps: Capabilities,
         compile: Option<&Compiler<'_>>,
@@ -281,7 +282,7 @@ impl Sandbox {
                 ))
             })?;
         }
-        let digest = hex::encode(Sha256::digest(bytes));
+        let digest = digest.to_string();
         let started = Instant::now();
         let cache_path = shared
             .config
@@ -298,17 +299,26 @@ impl Sandbox {
                 c
             }
             None => {
-                let pool_share = |e: wasmtime::Error| {
+                // A component over the pool's per-component limits is
+                // refused the same way whether it was compiled here or in
+                // a separate process.
+                let pool_share = |e: &wasmtime::Error| {
                     let message = format!("{e:#}");
-                    if shared.config.pooling && message.contains("in the pooling allocator") {
-                        SandboxError::PoolShare(message)
-                    } else {
-                        SandboxError::Compile(message)
-                    }
+                    (shared.config.pooling && message.contains("in the pooling allocator"))
+                        .then_some(SandboxError::PoolShare(message))
                 };
                 let c = match compile {
-                    None => Component::new(&shared.engine, bytes).map_err(pool_share)?,
-                    Some(compile) => cache::from_artifact(&shared.engine, &compile(bytes)?)?,
+                    None => Component::new(&shared.engine, bytes).map_err(|e| {
+                        pool_share(&e).unwrap_or_else(|| SandboxError::Compile(format!("{e:#}")))
+                    })?,
+                    Some(compile) => cache::from_artifact(&shared.engine, &compile(bytes)?)
+                        .map_err(|e| {
+                            pool_share(&e).unwrap_or_else(|| {
+                                SandboxError::Compile(format!(
+                                    "the separately compiled artifact does not load ({e:#}); the compile process must run the same boxcar build with the same sandbox settings"
+                                ))
+                            })
+                        })?,
                 };
                 shared.compiles.fetch_add(1, Ordering::Relaxed);
                 if let Some((dir, path)) = &cache_path {

@@ -340,11 +340,7 @@ async fn refuse_is_terminal_with_code_and_details(lang: Lang) {
 
 async fn fanout_uses_the_host_interface(lang: Lang) {
     let echo_type = format!("{}.echo", lang.prefix());
-    let caps = Capabilities {
-        may_enqueue: vec![echo_type.clone()],
-        ..Capabilities::default()
-    };
-    let Some(fanout) = example_with(lang, "fanout", caps).await else {
+    let Some(fanout) = example_with(lang, "fanout", Capabilities::default()).await else {
         return;
     };
     let job_type = format!("{}.fanout", lang.prefix());

@@ -112,19 +112,13 @@ fn configured_guards(context: &Context, job_type: &str) -> ClaimGuards {
     let Some(dir) = &context.config.handlers else {
         return guards;
     };
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return guards;
-    };
-    let manifest = entries
-        .flatten()
-        .map(|entry| entry.path())
-        .filter(|path| path.extension().and_then(|e| e.to_str()) == Some("toml"))
-        .filter_map(|path| crate::manifest::Manifest::load(&path).ok())
+    let manifest = crate::deploy::scan::manifests(dir)
+        .into_iter()
         .find(|m| m.job_types.iter().any(|t| t == job_type));
     if let Some(m) = manifest {
-        guards.serialize_by_scope = m.serialize_by_scope;
-        guards.not_while_running = m.not_while_running;
-        guards.waits_for = m.waits_for;
+        guards.serialize_by_scope = m.settings.serialize_by_scope;
+        guards.not_while_running = m.settings.not_while_running;
+        guards.waits_for = m.settings.waits_for;
     }
     guards
 }

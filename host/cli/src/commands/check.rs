@@ -42,9 +42,9 @@ pub async fn run(context: Context, args: CheckArgs) -> anyhow::Result<()> {
                 "module": module.display().to_string(),
                 "digest": prepared.digest,
                 "job_types": m.job_types,
-                "concurrency": m.concurrency,
-                "timeout_ms": m.timeout.as_millis() as u64,
-                "max_attempts": m.max_attempts,
+                "concurrency": m.settings.concurrency,
+                "timeout_ms": m.settings.timeout.as_millis() as u64,
+                "max_attempts": m.settings.max_attempts,
                 "limits": {
                     "memory": m.limits.memory,
                     "fuel": m.limits.fuel,
@@ -55,7 +55,7 @@ pub async fn run(context: Context, args: CheckArgs) -> anyhow::Result<()> {
                     "max_http_body": m.limits.max_http_body,
                 },
                 "capabilities": {
-                    "may_enqueue": m.capabilities.may_enqueue,
+                    "may_enqueue": m.settings.may_enqueue,
                     "http": m.capabilities.http.iter().map(ToString::to_string).collect::<Vec<_>>(),
                     "dirs": m.capabilities.dirs.iter().map(|d| json!({
                         "host": d.host.display().to_string(),
@@ -72,20 +72,20 @@ pub async fn run(context: Context, args: CheckArgs) -> anyhow::Result<()> {
     println!("{} is valid", module.display());
     println!("  digest        {}", prepared.digest);
     println!("  job types     {}", m.job_types.join(", "));
-    println!("  concurrency   {}", m.concurrency);
-    println!("  timeout       {:?}", m.timeout);
+    println!("  concurrency   {}", m.settings.concurrency);
+    println!("  timeout       {:?}", m.settings.timeout);
     println!(
         "  limits        memory {}, result {}, log {}, progress {}, enqueues {}, fuel {}",
         crate::units::ByteSize(m.limits.memory),
-        crate::units::ByteSize(m.limits.max_result),
-        crate::units::ByteSize(m.limits.max_log),
-        crate::units::ByteSize(m.limits.max_progress),
+        crate::units::ByteSize(m.limits.max_result as u64),
+        crate::units::ByteSize(m.limits.max_log as u64),
+        crate::units::ByteSize(m.limits.max_progress as u64),
         m.limits.max_enqueues,
         m.limits.fuel.map_or("off".to_string(), |f| f.to_string()),
     );
     println!("  capabilities");
     let caps = &m.capabilities;
-    if caps.may_enqueue.is_empty()
+    if m.settings.may_enqueue.is_empty()
         && caps.http.is_empty()
         && caps.dirs.is_empty()
         && caps.scratch.is_none()
@@ -93,8 +93,8 @@ pub async fn run(context: Context, args: CheckArgs) -> anyhow::Result<()> {
     {
         println!("    none: computation, logging, progress and clocks only");
     }
-    if !caps.may_enqueue.is_empty() {
-        println!("    may enqueue: {}", caps.may_enqueue.join(", "));
+    if !m.settings.may_enqueue.is_empty() {
+        println!("    may enqueue: {}", m.settings.may_enqueue.join(", "));
     }
     if !caps.http.is_empty() {
         let origins: Vec<String> = caps.http.iter().map(ToString::to_string).collect();

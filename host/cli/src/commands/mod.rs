@@ -14,7 +14,7 @@ mod serve;
 pub use crate::error::{usage, JobFailed, WaitTimedOut};
 pub use examples::write_atomically as write_module;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use boxcar_queue::{connect, Queue, Registry};
 
@@ -77,23 +77,9 @@ impl Context {
     }
 }
 
-fn declare_local_schemas(registry: &Registry, dir: &PathBuf) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("toml") {
-            continue;
-        }
-        let Ok(manifest) = crate::manifest::Manifest::load(&path) else {
-            continue;
-        };
-        let Some(schema) = &manifest.payload_schema else {
-            continue;
-        };
-        if let Ok(validator) = crate::schema::JsonSchemaValidator::new(schema) {
-            let validator = std::sync::Arc::new(validator);
+fn declare_local_schemas(registry: &Registry, dir: &Path) {
+    for manifest in crate::deploy::scan::manifests(dir) {
+        if let Some(validator) = &manifest.settings.payload_validator {
             for job_type in &manifest.job_types {
                 registry.set_validator(job_type.clone(), validator.clone());
             }

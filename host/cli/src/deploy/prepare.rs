@@ -11,8 +11,7 @@ use std::{
     sync::Arc,
 };
 
-use boxcar_sandbox::{LoadedHandler, Sandbox};
-use sha2::{Digest, Sha256};
+use boxcar_sandbox::{LoadedHandler, ModuleBytes, Sandbox};
 
 use super::compile::{self, human_bytes, CompileBudget};
 use crate::manifest::Manifest;
@@ -100,7 +99,8 @@ pub enum DeployError {
 }
 
 /// Validates a module + manifest and compiles it under `budget`, without
-/// deploying.
+/// deploying. The module is measured before it is read, so one over the
+/// size limit is never read.
 ///
 /// # Errors
 /// [`DeployError`] naming the file and the reason.
@@ -110,26 +110,37 @@ pub async fn prepare(
     module: &Path,
     manifest: &Path,
 ) -> Result<Prepared, DeployError> {
-    let manifest = Manifest::load(manifest)?;
     let read_error = |source| DeployError::ReadModule {
         path: module.to_path_buf(),
         source,
     };
-    let too_large = |size: u64| DeployError::ModuleTooLarge {
-        path: module.to_path_buf(),
-        size: human_bytes(size),
-        limit: human_bytes(budget.max_module),
-    };
     let size = tokio::fs::metadata(module).await.map_err(read_error)?.len();
     if size > budget.max_module {
-        return Err(too_large(size));
+        // The manifest's own errors come first, as for a module read.
+        Manifest::load(manifest)?;
+        return Err(too_large(module, size, budget));
     }
     let bytes = tokio::fs::read(module).await.map_err(read_error)?;
-    let size = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+    prepare_read(sandbox, budget, module, manifest, ModuleBytes::new(bytes)).await
+}
+
+/// [`prepare`] of a module already read (and hashed) from `module`.
+///
+/// # Errors
+/// [`DeployError`] naming the file and the reason.
+pub async fn prepare_read(
+    sandbox: &Arc<Sandbox>,
+    budget: &CompileBudget,
+    module: &Path,
+    manifest: &Path,
+    bytes: ModuleBytes,
+) -> Result<Prepared, DeployError> {
+    let manifest = Manifest::load(manifest)?;
+    let size = u64::try_from(bytes.bytes().len()).unwrap_or(u64::MAX);
     if size > budget.max_module {
-        return Err(too_large(size));
+        return Err(too_large(module, size, budget));
     }
-    let digest = hex::encode(Sha256::digest(&bytes));
+    let digest = bytes.digest().to_string();
     if let Some(pinned) = &manifest.sha256 {
         if *pinned != digest {
             return Err(DeployError::PinMismatch {
@@ -139,8 +150,8 @@ pub async fn prepare(
             });
         }
     }
-    let limits = crate::sandbox_glue::limits(&manifest);
-    let capabilities = crate::sandbox_glue::capabilities(&manifest);
+    let limits = manifest.limits.clone();
+    let capabilities = manifest.capabilities.clone();
     let sandbox = sandbox.clone();
     let budget = budget.clone();
     let path = module.to_path_buf();
@@ -165,4 +176,12 @@ pub async fn prepare(
         handler,
         digest,
     })
+}
+
+fn too_large(module: &Path, size: u64, budget: &CompileBudget) -> DeployError {
+    DeployError::ModuleTooLarge {
+        path: module.to_path_buf(),
+        size: human_bytes(size),
+        limit: human_bytes(budget.max_module),
+    }
 }

@@ -140,10 +140,7 @@ async fn enqueue_flood_is_cut_off_at_max_enqueues() {
             max_enqueues: 10,
             ..HandlerLimits::default()
         },
-        Capabilities {
-            may_enqueue: vec!["noop".into()],
-            ..Capabilities::default()
-        },
+        Capabilities::default(),
     );
     let (ctx, recorder) = new_ctx();
     let outcome = flood

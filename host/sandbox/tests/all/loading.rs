@@ -134,7 +134,7 @@ async fn a_separately_compiled_artifact_loads_into_a_pooling_sandbox() {
     .expect("sandbox");
     let settings = boxcar_sandbox::CodegenSettings::parse(&sandbox.config().codegen().to_string())
         .expect("settings round-trip");
-    let bytes = boxcar_examples::bytes("echo");
+    let module = boxcar_sandbox::ModuleBytes::new(boxcar_examples::bytes("echo"));
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let compile = |wasm: &[u8]| {
         calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -142,7 +142,7 @@ async fn a_separately_compiled_artifact_loads_into_a_pooling_sandbox() {
     };
     let (handler, report) = sandbox
         .load_compiled_by(
-            &bytes,
+            &module,
             HandlerLimits::default(),
             Capabilities::default(),
             &compile,
@@ -164,7 +164,7 @@ async fn a_separately_compiled_artifact_loads_into_a_pooling_sandbox() {
     // Cached now: the compiler is not called again.
     sandbox
         .load_compiled_by(
-            &bytes,
+            &module,
             HandlerLimits::default(),
             Capabilities::default(),
             &compile,
@@ -183,7 +183,7 @@ async fn a_separately_compiled_artifact_loads_into_a_pooling_sandbox() {
         ..other.config().codegen()
     };
     let refused = other.load_compiled_by(
-        &bytes,
+        &module,
         HandlerLimits::default(),
         Capabilities::default(),
         &|wasm: &[u8]| boxcar_sandbox::precompile(&fuel, wasm),
