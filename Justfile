@@ -25,3 +25,13 @@ lint:
 # Build the example guest components (done by `cargo build` too).
 guests:
     cargo build -p boxcar-examples
+
+# The long chaos run: CHAOS_MINUTES (30) of kills, stops and terminations
+# on 3 hosts; CHAOS_DB=sqlite for one SQLite file, CHAOS_SEED to replay.
+chaos:
+    DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} cargo test --release -p boxcar --test e2e -- --ignored --nocapture chaos::chaos_long
+
+# Database faults: a private Postgres restarted and its backends killed,
+# SQLite on a full disk and under another process's lock.
+db-faults:
+    cargo test -p boxcar --test e2e -- --nocapture db_faults:: sqlite_faults::

@@ -87,10 +87,14 @@ impl Env {
 
     /// Starts `boxcar serve --handlers DIR --listen ADDR` with extra args.
     pub fn serve(&self, name: &str, extra: &[&str]) -> Serve {
+        self.serve_handlers(name, &self.handlers(), extra)
+    }
+
+    /// Starts `boxcar serve` on the handlers directory `handlers`.
+    pub fn serve_handlers(&self, name: &str, handlers: &Path, extra: &[&str]) -> Serve {
         let log = self.path(&format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("log file");
         let listen = format!("127.0.0.1:{}", free_port());
-        let handlers = self.handlers();
         let mut args = vec![
             "serve".to_string(),
             "--handlers".into(),
@@ -150,7 +154,7 @@ fn shared_cache() -> PathBuf {
     dir
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())

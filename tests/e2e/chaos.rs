@@ -1,0 +1,665 @@
+//! The chaos harness: several real `boxcar serve` processes on one store, a
+//! stream of jobs of three types (plain, one-at-a-time per scope, and a
+//! pool of two), and a fault schedule drawn from a seed: SIGKILL then a
+//! restart, SIGSTOP past the lease then SIGCONT, SIGTERM then a restart.
+//!
+//! Every run of the `journal` guest leaves a file in a journal directory
+//! (job id, attempt, host, start and — if it finished — end, in wall-clock
+//! nanoseconds). At the end the harness checks, from the database and the
+//! journal:
+//! - every job succeeded and none is left running or pending;
+//! - a job ran more than once only when a fault hit its host between the
+//!   start of the earlier run and the start of the next one (on one SQLite
+//!   file, a fault on any host: one stopped while it holds the file's write
+//!   lock stalls every host's lease renewals until it resumes);
+//! - the stored result is that of the job's last run and of its attempt
+//!   (a completion from a host that had lost its lease never overwrote a
+//!   newer owner's state);
+//! - runs of one scope never overlapped and the pool never ran more than
+//!   its concurrency — counting a stopped host's run until the moment it
+//!   was stopped, since a stopped process runs nothing (what it does after
+//!   SIGCONT, before it learns its lease is gone, is counted separately and
+//!   printed as the late overlap).
+//!
+//! It prints the seed, the fault counts and the figures; `CHAOS_SEED`
+//! replays a schedule. The short variants run in CI; `chaos_long` (ignored,
+//! `just chaos`) runs for `CHAOS_MINUTES` (default 30).
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::{Path, PathBuf},
+    process::Command,
+    sync::atomic::{AtomicBool, Ordering},
+    time::{Duration, Instant, SystemTime, UNIX_EPOCH},
+};
+
+use serde_json::Value;
+
+use crate::harness::{describe, eventually, postgres_schema, Env, Serve};
+
+/// A fault's kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Fault {
+    Kill,
+    Stop,
+    Term,
+}
+
+const FAULTS: [Fault; 3] = [Fault::Kill, Fault::Stop, Fault::Term];
+const SCOPES: usize = 4;
+const POOL_CONCURRENCY: usize = 2;
+const LEASE: Duration = Duration::from_secs(1);
+
+/// What one chaos run is asked to do.
+struct Plan {
+    seed: u64,
+    hosts: usize,
+    faults_per_kind: usize,
+    /// The pause between faults.
+    every: Duration,
+    /// Whether the hosts share one write lock (one SQLite file): a host
+    /// stopped while it holds it stalls every host's writes, lease renewals
+    /// included, so a fault on any host may make another host's job run
+    /// again.
+    one_lock: bool,
+}
+
+/// A small deterministic generator (xorshift64*), so a seed replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// One host slot: its own handlers directory (so its journal runs carry
+/// its name), its process when up, and what happens to it next.
+struct Host {
+    name: String,
+    process: Option<Serve>,
+    state: HostState,
+}
+
+enum HostState {
+    Up,
+    Stopped { until: Instant },
+    Down { until: Instant },
+    Terminating,
+}
+
+/// A fault as it happened: which host, what, and when (wall clock ns).
+struct Hit {
+    host: String,
+    fault: Fault,
+    at: u128,
+}
+
+/// How long after SIGTERM a host may still run a job it then aborts: its
+/// shutdown grace (the abort is immediate; the job is released only after
+/// it), with a margin.
+const TERM_RUNS_ON: u128 = 350_000_000;
+
+fn now_ns() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0)
+}
+
+fn seed() -> u64 {
+    std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| (now_ns() as u64) | 1)
+}
+
+fn manifest(job_type: &str, host: &str, journal: &Path, extra: &str) -> String {
+    format!(
+        "[handler]\njob_type = \"{job_type}\"\nconcurrency = 4\ntimeout = \"20s\"\n\
+         lease_duration = \"{}ms\"\nmax_attempts = 25\n{extra}\n\
+         [capabilities]\ndirs = [{{ host = \"{}\", guest = \"/journal\", mode = \"rw\" }}]\n\
+         env = {{ HOST = \"{host}\" }}\n",
+        LEASE.as_millis(),
+        journal.display()
+    )
+}
+
+fn config(env: &Env) -> PathBuf {
+    let path = env.path("boxcar.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[worker]\npoll_interval = \"200ms\"\nbase_backoff = \"50ms\"\nmax_backoff = \"200ms\"\n\
+             shutdown_grace = \"300ms\"\nabandon_grace = \"500ms\"\n\n\
+             [pools.chaos]\nconcurrency = {POOL_CONCURRENCY}\ntypes = [\"pooled\"]\n"
+        ),
+    )
+    .expect("config");
+    path
+}
+
+impl Host {
+    fn handlers(env: &Env, name: &str) -> PathBuf {
+        env.path(&format!("handlers-{name}"))
+    }
+
+    fn deploy(env: &Env, name: &str, journal: &Path) {
+        let dir = Self::handlers(env, name);
+        std::fs::create_dir_all(&dir).expect("handlers dir");
+        let bytes = boxcar_examples::bytes("journal");
+        for (job_type, extra) in [
+            ("plain", ""),
+            ("serial", "serialize_by_scope = true"),
+            ("pooled", ""),
+        ] {
+            crate::harness::write_atomically(&dir.join(format!("{job_type}.wasm")), &bytes);
+            crate::harness::write_atomically(
+                &dir.join(format!("{job_type}.toml")),
+                manifest(job_type, name, journal, extra).as_bytes(),
+            );
+        }
+    }
+
+    fn start(env: &Env, name: &str, generation: usize) -> Serve {
+        env.serve_handlers(
+            &format!("{name}-{generation}"),
+            &Self::handlers(env, name),
+            &["--no-api", "--worker-id", name],
+        )
+    }
+
+    fn signal(&self, signal: &str) {
+        if let Some(pid) = self.process.as_ref().and_then(Serve::pid) {
+            let _ = Command::new("kill")
+                .args([&format!("-{signal}"), &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// A stream of jobs: one CLI call per batch, a flow of `batch` children.
+fn enqueue_batch(env: &Env, rng: &mut Rng, batch: usize, counter: &mut usize) {
+    let children: Vec<Value> = (0..batch)
+        .map(|_| {
+            *counter += 1;
+            let n = *counter;
+            let ms = 20 + rng.below(150);
+            match rng.below(3) {
+                0 => serde_json::json!({"job_type": "plain", "payload": {"ms": ms, "n": n}}),
+                1 => serde_json::json!({
+                    "job_type": "serial",
+                    "payload": {"ms": ms, "n": n},
+                    "scope": format!("s:{}", rng.below(SCOPES))
+                }),
+                _ => serde_json::json!({"job_type": "pooled", "payload": {"ms": ms, "n": n}}),
+            }
+        })
+        .collect();
+    let file = env.path("batch.json");
+    std::fs::write(&file, serde_json::to_string(&children).expect("json")).expect("write");
+    let file = file.to_str().expect("utf-8").to_string();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let output = env.run(&["enqueue", "plain", r#"{"ms": 1}"#, "--children", &file]);
+        if output.status.success() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "a batch was refused for 30 s:\n{}",
+            describe(&output)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One journal entry: a run of a job.
+#[derive(Debug, Clone)]
+struct Run {
+    job: String,
+    attempt: u64,
+    host: String,
+    start: u128,
+    end: Option<u128>,
+}
+
+fn read_journal(dir: &Path) -> Vec<Run> {
+    let mut runs = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("journal dir") {
+        let entry = entry.expect("entry");
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let parts: Vec<&str> = name.split('.').collect();
+        let [job, attempt, host, start] = parts[..] else {
+            panic!("unexpected journal file {name}");
+        };
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        let end = text
+            .lines()
+            .find_map(|l| l.strip_prefix("end "))
+            .and_then(|n| n.trim().parse().ok());
+        runs.push(Run {
+            job: job.to_string(),
+            attempt: attempt.parse().expect("attempt"),
+            host: host.to_string(),
+            start: start.parse().expect("start"),
+            end,
+        });
+    }
+    runs
+}
+
+fn all_jobs(env: &Env) -> Vec<Value> {
+    let mut jobs = Vec::new();
+    loop {
+        let page = env.json(&[
+            "jobs",
+            "--limit",
+            "1000",
+            "--offset",
+            &jobs.len().to_string(),
+        ]);
+        let page = page.as_array().expect("array").clone();
+        if page.is_empty() {
+            return jobs;
+        }
+        jobs.extend(page);
+    }
+}
+
+/// The end of a run for overlap checks. A finished run ends at its `end`
+/// line — or, unless `late`, when its host was stopped, if that came first
+/// (a stopped process runs nothing; what it does after SIGCONT is late). A
+/// run cut short ends at the first fault on its host after it started
+/// (SIGTERM allows the graces); one with neither is still counted as
+/// running now.
+fn run_end(run: &Run, hits: &[Hit], late: bool) -> u128 {
+    let first = hits
+        .iter()
+        .filter(|h| h.host == run.host && h.at >= run.start)
+        .min_by_key(|h| h.at);
+    match (run.end, first) {
+        (Some(end), Some(hit)) if !late && hit.fault == Fault::Stop && hit.at < end => hit.at,
+        (Some(end), _) => end,
+        (None, Some(hit)) if hit.fault == Fault::Term => hit.at + TERM_RUNS_ON,
+        (None, Some(hit)) => hit.at,
+        (None, None) => now_ns(),
+    }
+}
+
+/// The largest number of runs alive at one instant.
+fn max_overlap(intervals: &mut [(u128, u128)]) -> usize {
+    let mut edges: Vec<(u128, i32)> = intervals
+        .iter()
+        .flat_map(|&(s, e)| [(s, 1), (e, -1)])
+        .collect();
+    edges.sort();
+    let (mut live, mut max) = (0i32, 0i32);
+    for (_, delta) in edges {
+        live += delta;
+        max = max.max(live);
+    }
+    max as usize
+}
+
+/// Applies faults until each kind has been applied `plan.faults_per_kind`
+/// times, resuming and restarting hosts as their pauses end; returns the
+/// next process generation number.
+fn inject_faults(
+    env: &Env,
+    plan: &Plan,
+    rng: &mut Rng,
+    hosts: &mut [Host],
+    hits: &mut Vec<Hit>,
+    done: &mut BTreeMap<Fault, usize>,
+) -> usize {
+    let mut generation = 1;
+    let mut next_fault = Instant::now() + plan.every;
+    while done.values().any(|&n| n < plan.faults_per_kind) {
+        let now = Instant::now();
+        for host in hosts.iter_mut() {
+            match host.state {
+                HostState::Stopped { until } if now >= until => {
+                    host.signal("CONT");
+                    host.state = HostState::Up;
+                }
+                HostState::Down { until } if now >= until => {
+                    host.process = Some(Host::start(env, &host.name, generation));
+                    generation += 1;
+                    host.state = HostState::Up;
+                }
+                HostState::Terminating => {
+                    let exited = host.process.as_mut().is_none_or(|p| !p.is_running());
+                    if exited {
+                        host.process = None;
+                        host.state = HostState::Down {
+                            until: now + Duration::from_millis(200),
+                        };
+                    }
+                }
+                _ => {}
+            }
+        }
+        let up: Vec<usize> = (0..hosts.len())
+            .filter(|&i| matches!(hosts[i].state, HostState::Up))
+            .collect();
+        if now >= next_fault && up.len() > 1 {
+            let pending: Vec<Fault> = FAULTS
+                .iter()
+                .copied()
+                .filter(|f| done[f] < plan.faults_per_kind)
+                .collect();
+            let fault = pending[rng.below(pending.len())];
+            let host = &mut hosts[up[rng.below(up.len())]];
+            let hit = Hit {
+                host: host.name.clone(),
+                fault,
+                at: now_ns(),
+            };
+            match fault {
+                Fault::Kill => {
+                    if let Some(mut process) = host.process.take() {
+                        process.kill9();
+                    }
+                    host.state = HostState::Down {
+                        until: now + Duration::from_millis(100 + rng.below(400) as u64),
+                    };
+                }
+                Fault::Stop => {
+                    host.signal("STOP");
+                    let pause = LEASE + Duration::from_millis(500 + rng.below(1000) as u64);
+                    host.state = HostState::Stopped { until: now + pause };
+                }
+                Fault::Term => {
+                    host.signal("TERM");
+                    host.state = HostState::Terminating;
+                }
+            }
+            hits.push(hit);
+            *done.get_mut(&fault).expect("kind") += 1;
+            next_fault = now + plan.every;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    generation
+}
+
+fn run_chaos(env: Env, plan: Plan) {
+    let journal = env.path("journal");
+    std::fs::create_dir_all(&journal).expect("journal");
+    config(&env);
+    env.ok(&["migrate"]);
+    let names: Vec<String> = (0..plan.hosts).map(|n| format!("h{n}")).collect();
+    let mut hosts: Vec<Host> = names
+        .iter()
+        .map(|name| {
+            Host::deploy(&env, name, &journal);
+            Host {
+                name: name.clone(),
+                process: Some(Host::start(&env, name, 0)),
+                state: HostState::Up,
+            }
+        })
+        .collect();
+    for host in &hosts {
+        if let Some(process) = &host.process {
+            process.wait_for_log("handler deployed", Duration::from_secs(120));
+        }
+    }
+
+    let mut rng = Rng(plan.seed);
+    let producing = AtomicBool::new(true);
+    let mut hits: Vec<Hit> = Vec::new();
+    let mut done: BTreeMap<Fault, usize> = FAULTS.iter().map(|&f| (f, 0)).collect();
+    let started = Instant::now();
+    // The producer runs beside the fault loop: an enqueue may wait for a
+    // lock held by a stopped host, which only the fault loop resumes.
+    let (mut generation, enqueued) = std::thread::scope(|scope| {
+        let producer = scope.spawn(|| {
+            let mut rng = Rng(plan.seed ^ 0x9e37_79b9_7f4a_7c15);
+            let mut counter = 0;
+            while producing.load(Ordering::Relaxed) {
+                enqueue_batch(&env, &mut rng, 10, &mut counter);
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            counter
+        });
+        let generation = inject_faults(&env, &plan, &mut rng, &mut hosts, &mut hits, &mut done);
+        producing.store(false, Ordering::Relaxed);
+        (generation, producer.join().expect("producer"))
+    });
+    let fault_time = started.elapsed();
+
+    for host in &mut hosts {
+        match host.state {
+            HostState::Stopped { .. } => host.signal("CONT"),
+            HostState::Up => {}
+            _ => {
+                eventually(
+                    Duration::from_secs(30),
+                    "a terminating host to exit",
+                    || {
+                        host.process
+                            .as_mut()
+                            .is_none_or(|p| !p.is_running())
+                            .then_some(())
+                    },
+                );
+                host.process = Some(Host::start(&env, &host.name, generation));
+                generation += 1;
+            }
+        }
+        host.state = HostState::Up;
+    }
+    eventually(Duration::from_secs(180), "every job to end", || {
+        let counts = env.json(&["counts"]);
+        let open = ["pending", "running"]
+            .iter()
+            .map(|s| counts[s].as_u64().unwrap_or(0))
+            .sum::<u64>();
+        (open == 0).then_some(())
+    });
+
+    let jobs = all_jobs(&env);
+    let runs = read_journal(&journal);
+    let mut by_job: HashMap<String, Vec<Run>> = HashMap::new();
+    for run in &runs {
+        by_job.entry(run.job.clone()).or_default().push(run.clone());
+    }
+    let mut reruns = 0;
+    let mut problems = Vec::new();
+    for job in &jobs {
+        let id = job["id"].as_str().expect("id");
+        if job["status"] != "succeeded" {
+            problems.push(format!("job {id} ended {}: {job}", job["status"]));
+            continue;
+        }
+        let Some(job_runs) = by_job.get_mut(id) else {
+            problems.push(format!("job {id} succeeded without a journal entry"));
+            continue;
+        };
+        job_runs.sort_by_key(|r| r.start);
+        reruns += job_runs.len() - 1;
+        for pair in job_runs.windows(2) {
+            let (earlier, next) = (&pair[0], &pair[1]);
+            let hit = hits.iter().any(|h| {
+                (plan.one_lock || h.host == earlier.host)
+                    && h.at >= earlier.start
+                    && h.at <= next.start
+            });
+            if !hit {
+                problems.push(format!(
+                    "job {id} ran again with no fault on {} between its runs: {job_runs:?}",
+                    if plan.one_lock {
+                        "any host"
+                    } else {
+                        earlier.host.as_str()
+                    }
+                ));
+            }
+        }
+        let last = job_runs.last().expect("a run");
+        let result = &job["result"];
+        let accepted = result["start"].as_u64().map(u128::from) == Some(last.start)
+            && result["host"] == last.host.as_str()
+            && result["attempt"] == last.attempt;
+        if !accepted || job["attempts"] != last.attempt {
+            problems.push(format!(
+                "job {id}: stored result {result} (attempts {}) is not its last run {last:?}",
+                job["attempts"]
+            ));
+        }
+    }
+
+    let job_scope: HashMap<&str, String> = jobs
+        .iter()
+        .filter(|j| j["job_type"] == "serial")
+        .filter_map(|j| Some((j["id"].as_str()?, j["scope"].to_string())))
+        .collect();
+    let pooled: Vec<&str> = jobs
+        .iter()
+        .filter(|j| j["job_type"] == "pooled")
+        .filter_map(|j| j["id"].as_str())
+        .collect();
+    let (mut scope_overlap, mut late_scope_overlap) = (0, 0);
+    let mut scopes: HashMap<&String, Vec<&Run>> = HashMap::new();
+    for run in &runs {
+        if let Some(scope) = job_scope.get(run.job.as_str()) {
+            scopes.entry(scope).or_default().push(run);
+        }
+    }
+    for runs in scopes.values() {
+        let mut held: Vec<(u128, u128)> = runs
+            .iter()
+            .map(|r| (r.start, run_end(r, &hits, false)))
+            .collect();
+        let mut late: Vec<(u128, u128)> = runs
+            .iter()
+            .map(|r| (r.start, run_end(r, &hits, true)))
+            .collect();
+        scope_overlap = scope_overlap.max(max_overlap(&mut held).saturating_sub(1));
+        late_scope_overlap = late_scope_overlap.max(max_overlap(&mut late).saturating_sub(1));
+    }
+    let mut pool_runs: Vec<(u128, u128)> = runs
+        .iter()
+        .filter(|r| pooled.contains(&r.job.as_str()))
+        .map(|r| (r.start, run_end(r, &hits, false)))
+        .collect();
+    let pool_peak = max_overlap(&mut pool_runs);
+
+    println!(
+        "chaos: seed {} hosts {} faults {:?} in {:.1?}; jobs {} ({} enqueued in batches) runs {} \
+         re-runs {} max scope overlap {} (late, after SIGCONT: {}) pool peak {} of {}",
+        plan.seed,
+        plan.hosts,
+        done,
+        fault_time,
+        jobs.len(),
+        enqueued,
+        runs.len(),
+        reruns,
+        scope_overlap,
+        late_scope_overlap,
+        pool_peak,
+        POOL_CONCURRENCY
+    );
+    if scope_overlap > 0 {
+        problems.push(format!(
+            "runs of one scope overlapped ({scope_overlap} extra)"
+        ));
+    }
+    if pool_peak > POOL_CONCURRENCY {
+        problems.push(format!("the pool ran {pool_peak} at once"));
+    }
+    assert!(
+        problems.is_empty(),
+        "chaos seed {} found {} problems:\n{}\n--- warnings and errors the hosts logged ---\n{}",
+        plan.seed,
+        problems.len(),
+        problems.join("\n"),
+        host_warnings(&env)
+    );
+}
+
+/// The warnings and errors of every host process, for a failure message.
+fn host_warnings(env: &Env) -> String {
+    let mut lines = Vec::new();
+    for entry in std::fs::read_dir(env.dir.path())
+        .expect("test dir")
+        .flatten()
+    {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "log") {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+            for line in text
+                .lines()
+                .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            {
+                lines.push(format!("{}: {line}", name.clone().unwrap_or_default()));
+            }
+        }
+    }
+    lines.sort();
+    lines.truncate(80);
+    lines.join("\n")
+}
+
+fn short_plan(one_lock: bool) -> Plan {
+    Plan {
+        seed: seed(),
+        hosts: 3,
+        faults_per_kind: 20,
+        every: Duration::from_millis(700),
+        one_lock,
+    }
+}
+
+#[test]
+fn chaos_short_on_one_sqlite_file() {
+    run_chaos(Env::sqlite(), short_plan(true));
+}
+
+#[test]
+fn chaos_short_on_postgres() {
+    let Some((url, _drop_schema)) = postgres_schema("chaos") else {
+        return;
+    };
+    run_chaos(Env::with_db(url), short_plan(false));
+}
+
+/// The long run: `CHAOS_MINUTES` (30) of faults on `CHAOS_DB` (Postgres by
+/// default, `sqlite` for a file), 3 hosts.
+#[test]
+#[ignore = "long: just chaos"]
+fn chaos_long() {
+    let minutes: u64 = std::env::var("CHAOS_MINUTES")
+        .ok()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(30);
+    let every = Duration::from_millis(1000);
+    let faults_per_kind = (minutes * 60 * 1000 / every.as_millis() as u64 / 3) as usize;
+    let sqlite = std::env::var("CHAOS_DB").as_deref() == Ok("sqlite");
+    let plan = Plan {
+        seed: seed(),
+        hosts: 3,
+        faults_per_kind,
+        every,
+        one_lock: sqlite,
+    };
+    if sqlite {
+        run_chaos(Env::sqlite(), plan);
+    } else {
+        let Some((url, _drop_schema)) = postgres_schema("chaos_long") else {
+            return;
+        };
+        run_chaos(Env::with_db(url), plan);
+    }
+}
