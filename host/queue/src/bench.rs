@@ -110,6 +110,7 @@ impl BenchResult {
 
 /// A benchmark could not run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum BenchError {
     /// Enqueueing failed.
     #[error(transparent)]
