@@ -146,7 +146,11 @@ mod tests {
             ctx.services.enqueue(request("a")).await,
             Ok("child-1".into())
         );
-        let recorded: Vec<String> = services.enqueued().into_iter().map(|r| r.job_type).collect();
+        let recorded: Vec<String> = services
+            .enqueued()
+            .into_iter()
+            .map(|r| r.job_type)
+            .collect();
         assert_eq!(recorded, ["a"]);
     }
 }

@@ -66,7 +66,10 @@ async fn per_job(pooling: bool, runs: usize, services: &Arc<dyn JobServices>) {
     let payload = r#"{"hello":"world"}"#;
     for _ in 0..200 {
         let _ = echo
-            .run(job_run("echo", payload, Duration::from_secs(30)), ctx(services))
+            .run(
+                job_run("echo", payload, Duration::from_secs(30)),
+                ctx(services),
+            )
             .await;
     }
     let mut times = Vec::with_capacity(runs);
@@ -234,7 +237,10 @@ async fn polyglot(
         let payload = r#"{"hello":"world"}"#;
         for _ in 0..50 {
             let _ = handler
-                .run(job_run(name, payload, Duration::from_secs(30)), ctx(services))
+                .run(
+                    job_run(name, payload, Duration::from_secs(30)),
+                    ctx(services),
+                )
                 .await;
         }
         let faults_before = minor_faults();

@@ -166,7 +166,10 @@ async fn echo_returns_its_payload(lang: Lang) {
     // JSON, which the queue would never enqueue) is a crash: retryable,
     // consuming an attempt, naming the exception type.
     let outcome = echo
-        .run(job_run(&job_type, "not json", Duration::from_secs(10)), ctx())
+        .run(
+            job_run(&job_type, "not json", Duration::from_secs(10)),
+            ctx(),
+        )
         .await;
     match outcome {
         Outcome::Retryable {
@@ -183,8 +186,12 @@ async fn echo_returns_its_payload(lang: Lang) {
         other => panic!("{job_type}: expected a retryable crash, got {other:?}"),
     }
     // Through the queue's Handler trait too.
-    let outcome =
-        Handler::handle(&*echo, job_run(&job_type, "{}", Duration::from_secs(10)), ctx()).await;
+    let outcome = Handler::handle(
+        &*echo,
+        job_run(&job_type, "{}", Duration::from_secs(10)),
+        ctx(),
+    )
+    .await;
     assert_eq!(
         outcome,
         Outcome::Succeeded {
@@ -218,7 +225,10 @@ async fn flaky_retries_with_retry_after(lang: Lang) {
     // keep_attempt gives the attempt back; no retry_after means none.
     let payload_keep = r#"{"succeed_on": 3, "keep_attempt": true}"#;
     let outcome = flaky
-        .run(job_run(&job_type, payload_keep, Duration::from_secs(10)), ctx())
+        .run(
+            job_run(&job_type, payload_keep, Duration::from_secs(10)),
+            ctx(),
+        )
         .await;
     assert!(
         matches!(

@@ -82,7 +82,7 @@ impl PoolConfig {
 pub(super) fn check_pools(pools: &[PoolConfig]) -> Result<(), RegistryError> {
     let mut seen: HashMap<&str, &str> = HashMap::new();
     for p in pools {
-    let bad = |reason: String| RegistryError::BadPool {
+        let bad = |reason: String| RegistryError::BadPool {
             pool: p.name.clone(),
             reason,
         };

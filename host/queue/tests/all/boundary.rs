@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 
 use boxcar_queue::bounds::{MAX_HANDLER_TIMEOUT, MAX_RETRY_DELAY};
 use boxcar_queue::{
-    guest_dedupe_key, ChildJobRequest, EnqueueBounds, EnqueueError, HandlerSettings,
-    JobContext, JobRun, JobStatus, NewJob, Outcome, Queue, QueueError, Registry, RetentionPolicy,
-    ServiceError, Worker, WorkerOptions, INVALID_OUTPUT,
+    guest_dedupe_key, ChildJobRequest, EnqueueBounds, EnqueueError, HandlerSettings, JobContext,
+    JobRun, JobStatus, NewJob, Outcome, Queue, QueueError, Registry, RetentionPolicy, ServiceError,
+    Worker, WorkerOptions, INVALID_OUTPUT,
 };
 use chrono::Utc;
 use parking_lot::Mutex;

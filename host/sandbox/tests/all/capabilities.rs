@@ -11,8 +11,8 @@ use std::{
 use boxcar_sandbox::{Capabilities, DirGrant, DirMode, HandlerLimits, LimitKind, Outcome};
 
 use crate::common::{captured_logs, load_with, scratch_dir};
-use boxcar_queue::testing::{job_run, context};
 use crate::http_server::{assert_refused, http_caps, TestServer};
+use boxcar_queue::testing::{context, job_run};
 
 pub(crate) fn fetch(url: &str) -> String {
     serde_json::json!({ "url": url }).to_string()

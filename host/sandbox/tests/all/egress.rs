@@ -10,8 +10,8 @@ use boxcar_sandbox::{internal_address, HandlerLimits};
 use crate::capabilities::{fetch, result_json};
 use crate::common::captured_logs;
 use crate::common::load_with;
-use boxcar_queue::testing::{job_run, context};
 use crate::http_server::{assert_refused, http_caps, TestServer};
+use boxcar_queue::testing::{context, job_run};
 
 #[test]
 fn classifier_knows_internal_ranges() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use boxcar_sandbox::{Capabilities, HandlerLimits, LimitKind, Outcome};
 
 use crate::common::{load, load_with, CPU};
-use boxcar_queue::testing::{job_run, context};
+use boxcar_queue::testing::{context, job_run};
 
 #[tokio::test]
 async fn memory_hog_is_out_of_memory_at_32mib() {
@@ -44,7 +44,10 @@ async fn deep_recursion_traps_with_stack_overflow_and_host_survives() {
     let deep = load("deep-recursion");
     let (ctx, _) = context();
     let outcome = deep
-        .run(job_run("deep-recursion", "{}", Duration::from_secs(10)), ctx)
+        .run(
+            job_run("deep-recursion", "{}", Duration::from_secs(10)),
+            ctx,
+        )
         .await;
     match outcome {
         Outcome::Trapped { message } => assert!(message.contains("stack overflow"), "{message}"),

@@ -153,7 +153,11 @@ async fn a_separately_compiled_artifact_loads_into_a_pooling_sandbox() {
     let (ctx, _) = boxcar_queue::testing::context();
     let outcome = handler
         .run(
-            boxcar_queue::testing::job_run("echo", r#"{"a":1}"#, std::time::Duration::from_secs(10)),
+            boxcar_queue::testing::job_run(
+                "echo",
+                r#"{"a":1}"#,
+                std::time::Duration::from_secs(10),
+            ),
             ctx,
         )
         .await;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use boxcar_sandbox::{HandlerLimits, LimitKind, Outcome};
 
 use crate::common::{captured_logs, load, CPU};
-use boxcar_queue::testing::{job_run, context};
+use boxcar_queue::testing::{context, job_run};
 
 /// Lines of the captured host log that belong to job `id`.
 fn lines_of(id: &str) -> Vec<String> {

@@ -9,7 +9,7 @@ use std::{process::Command, time::Duration};
 use boxcar_sandbox::{Capabilities, HandlerLimits, Outcome, Sandbox, SandboxConfig, SandboxError};
 
 use crate::common::{cache_dir, sandbox, CPU};
-use boxcar_queue::testing::{job_run, context};
+use boxcar_queue::testing::{context, job_run};
 
 /// The child test that runs the job in a process of its own.
 const CHILD: &str = "memory::many_memories_job_is_out_of_memory_with_pooling";

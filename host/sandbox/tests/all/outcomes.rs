@@ -6,7 +6,7 @@ use boxcar_queue::Handler;
 use boxcar_sandbox::Outcome;
 
 use crate::common::load;
-use boxcar_queue::testing::{job_run, context};
+use boxcar_queue::testing::{context, job_run};
 
 #[tokio::test]
 async fn echo_returns_its_payload() {

@@ -13,7 +13,7 @@ use boxcar_sandbox::{Capabilities, HandlerLimits, Outcome, Sandbox, SandboxConfi
 use serde_json::json;
 
 use crate::common::cache_dir;
-use boxcar_queue::testing::{job_run, context};
+use boxcar_queue::testing::{context, job_run};
 
 fn small_pool(instances: u32) -> Sandbox {
     Sandbox::new(SandboxConfig {
@@ -64,8 +64,11 @@ async fn reservations_must_fit_the_pool_and_handlers_within_it_all_run() {
         let h = Arc::clone(h);
         tokio::spawn(async move {
             let (ctx, _) = context();
-            h.run(job_run("sleep", r#"{"ms": 200}"#, Duration::from_secs(10)), ctx)
-                .await
+            h.run(
+                job_run("sleep", r#"{"ms": 200}"#, Duration::from_secs(10)),
+                ctx,
+            )
+            .await
         })
     });
     for run in runs {
@@ -100,14 +103,20 @@ async fn a_full_pool_gives_the_job_back_without_using_an_attempt() {
         let sleep = Arc::clone(&sleep);
         tokio::spawn(async move {
             sleep
-                .run(job_run("sleep", r#"{"ms": 500}"#, Duration::from_secs(10)), ctx)
+                .run(
+                    job_run("sleep", r#"{"ms": 500}"#, Duration::from_secs(10)),
+                    ctx,
+                )
                 .await
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
     let (ctx, _) = context();
     let second = sleep
-        .run(job_run("sleep", r#"{"ms": 1}"#, Duration::from_secs(10)), ctx)
+        .run(
+            job_run("sleep", r#"{"ms": 1}"#, Duration::from_secs(10)),
+            ctx,
+        )
         .await;
     match &second {
         Outcome::Retryable {

@@ -17,7 +17,7 @@ use boxcar_sandbox::{
 };
 
 use crate::common::cache_dir;
-use boxcar_queue::testing::{job_run, context};
+use boxcar_queue::testing::{context, job_run};
 
 /// A sandbox of its own (own scratch root) in `mode`; `None` when tmpfs
 /// cannot be mounted here and this is not CI.

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use boxcar_sandbox::Outcome;
 
 use crate::common::{load, CPU};
-use boxcar_queue::testing::{job_run, context};
+use boxcar_queue::testing::{context, job_run};
 
 #[tokio::test]
 async fn spin_times_out_at_100ms_within_50ms() {
@@ -135,7 +135,10 @@ async fn sleep_finishes_when_given_time() {
     let handler = load("sleep");
     let (ctx, _) = context();
     let outcome = handler
-        .run(job_run("sleep", r#"{"ms": 20}"#, Duration::from_secs(5)), ctx)
+        .run(
+            job_run("sleep", r#"{"ms": 20}"#, Duration::from_secs(5)),
+            ctx,
+        )
         .await;
     assert_eq!(
         outcome,
