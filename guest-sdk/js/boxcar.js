@@ -14,7 +14,7 @@
 // - `throw new Retry(msg, { retryAfterMs, consumesAttempt })` retries later;
 //   `throw new Terminal(msg, { code, details })` fails now.
 // - Any other exception is a crash: retryable, consuming an attempt, with the
-//   exception's name and message (SPEC §4).
+//   exception's name and message.
 // - Host errors (enqueue or progress refused) are thrown as `HostError`.
 // - Outbound HTTP: `http.js` beside this file (its own module, because it
 //   imports `wasi:http`: build such a handler with `-n handler-http`).

@@ -15,7 +15,7 @@ class componentize-py looks for::
 - ``raise Retry(msg, retry_after_ms=..., consumes_attempt=...)`` retries later;
   ``raise Terminal(msg, code=..., details=...)`` fails now.
 - Any other exception is a crash: retryable, consuming an attempt, with the
-  exception's type and message (SPEC §4); its traceback is logged.
+  exception's type and message; its traceback is logged.
 - Host refusals (enqueue/progress) raise ``HostError``.
 - Outbound HTTP: ``from boxcar_guest import http`` (see its docstring; the
   handler is built against the ``handler-http`` world).
@@ -270,7 +270,7 @@ def _job_error(e: BaseException) -> wit.JobError:
                 details=None if e.details is None else _dumps(e.details),
             )
         )
-    # A crash: retryable, consuming an attempt (SPEC §4).
+    # A crash: retryable, consuming an attempt.
     message = f"{type(e).__name__}: {e}"
     try:
         error("uncaught " + "".join(traceback.format_exception(e)))

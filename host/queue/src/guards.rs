@@ -75,6 +75,7 @@ impl PoolStatus {
 
 /// The guards one job type's claims carry.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ClaimGuards {
     /// Not claimed while a job of the same scope holds a live lease.
     pub serialize_by_scope: bool,

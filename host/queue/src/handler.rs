@@ -108,6 +108,7 @@ pub struct ChildSummary {
 
 /// Why a call from a running job into the host was refused.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ServiceError {
     /// The manifest does not allow this job to enqueue that type.
     #[error("enqueueing job type `{0}` is not allowed for this handler: add it to capabilities.may_enqueue in the manifest")]
@@ -147,6 +148,7 @@ pub struct JobContext {
 /// Which bounded resource a guest exceeded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum LimitKind {
     /// The JSON result was larger than `max_result`.
     ResultSize,

@@ -136,6 +136,7 @@ pub struct Job {
 
 /// A job to enqueue. Build with [`NewJob::new`] and the builder methods.
 #[derive(Clone, Default)]
+#[non_exhaustive]
 pub struct NewJob {
     /// Job type; must be non-empty and known.
     pub job_type: String,
@@ -250,6 +251,7 @@ pub struct AddResult {
 /// Which jobs `find`, `retry_failed` and friends act on. Empty lists match
 /// everything.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct JobFilter {
     /// Job types to match.
     #[serde(default)]

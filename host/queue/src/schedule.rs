@@ -31,6 +31,7 @@ use serde::Serialize;
 
 /// A declared schedule as configuration states it (not yet validated).
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct ScheduleSpec {
     /// Identity; changing any other field updates the schedule in place.
     pub id: String,
@@ -142,6 +143,22 @@ fn ms(d: Duration) -> i64 {
 }
 
 impl ScheduleSpec {
+    /// Schedule `id` enqueuing `job_type` with `payload`, with no cadence
+    /// yet: set `every` or `cron` (and the other fields) before
+    /// [`ScheduleSpec::validate`].
+    pub fn new(
+        id: impl Into<String>,
+        job_type: impl Into<String>,
+        payload: serde_json::Value,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            job_type: job_type.into(),
+            payload,
+            ..Self::default()
+        }
+    }
+
     /// Validates the declaration.
     ///
     /// # Errors

@@ -14,16 +14,30 @@ use crate::handler::{
     ChildJobRequest, ChildSummary, JobContext, JobRun, JobServices, ServiceError,
 };
 
-/// Host services that accept every call and record it: progress reports in
-/// order, and enqueue requests (answered with ids `child-1`, `child-2`, …).
-/// A job has no children.
+/// Host services that record every call: progress reports in order, and
+/// the enqueue requests they accept (answered with ids `child-1`,
+/// `child-2`, …). The default accepts every enqueue; one made with
+/// [`RecordingServices::allowing`] refuses other types as the queue's own
+/// services refuse types outside `may_enqueue`. A job has no children.
 #[derive(Default)]
 pub struct RecordingServices {
     enqueued: Mutex<Vec<ChildJobRequest>>,
     progress: Mutex<Vec<String>>,
+    /// `Some`: the only types an enqueue may name.
+    may_enqueue: Option<Vec<String>>,
 }
 
 impl RecordingServices {
+    /// Services that accept enqueues of `types` only and refuse any other
+    /// with [`ServiceError::NotAllowed`] (a refused request is not
+    /// recorded).
+    pub fn allowing(types: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            may_enqueue: Some(types.into_iter().map(Into::into).collect()),
+            ..Self::default()
+        }
+    }
+
     /// The enqueue requests so far.
     pub fn enqueued(&self) -> Vec<ChildJobRequest> {
         self.enqueued.lock().clone()
@@ -42,6 +56,11 @@ impl JobServices for RecordingServices {
     }
 
     fn enqueue(&self, request: ChildJobRequest) -> BoxFuture<'_, Result<String, ServiceError>> {
+        if let Some(allowed) = &self.may_enqueue {
+            if !allowed.contains(&request.job_type) {
+                return Box::pin(async move { Err(ServiceError::NotAllowed(request.job_type)) });
+            }
+        }
         let mut all = self.enqueued.lock();
         all.push(request);
         let id = format!("child-{}", all.len());
@@ -69,9 +88,15 @@ pub fn job_run(job_type: &str, payload: &str, timeout: Duration) -> JobRun {
     }
 }
 
-/// A context with a fresh cancellation token and recording services.
+/// A context with a fresh cancellation token and recording services that
+/// accept every enqueue.
 pub fn context() -> (JobContext, Arc<RecordingServices>) {
-    let services = Arc::new(RecordingServices::default());
+    context_with(RecordingServices::default())
+}
+
+/// A context with a fresh cancellation token and `services`.
+pub fn context_with(services: RecordingServices) -> (JobContext, Arc<RecordingServices>) {
+    let services = Arc::new(services);
     let ctx = JobContext {
         cancel: CancellationToken::new(),
         services: services.clone(),
@@ -104,5 +129,28 @@ mod tests {
         assert!(ctx.services.children().await.unwrap_or_default().is_empty());
         let run = job_run("t", "{}", Duration::from_secs(5));
         assert!(run.deadline > chrono::Utc::now());
+    }
+
+    #[tokio::test]
+    async fn an_allow_list_refuses_other_types_unrecorded() {
+        let (ctx, services) = context_with(RecordingServices::allowing(["a"]));
+        let request = |t: &str| ChildJobRequest {
+            job_type: t.into(),
+            ..ChildJobRequest::default()
+        };
+        assert_eq!(
+            ctx.services.enqueue(request("b")).await,
+            Err(ServiceError::NotAllowed("b".into()))
+        );
+        assert_eq!(
+            ctx.services.enqueue(request("a")).await,
+            Ok("child-1".into())
+        );
+        let recorded: Vec<String> = services
+            .enqueued()
+            .into_iter()
+            .map(|r| r.job_type)
+            .collect();
+        assert_eq!(recorded, ["a"]);
     }
 }

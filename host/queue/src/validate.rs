@@ -32,6 +32,7 @@ pub const RESERVED_DEDUPE_PREFIX: &str = "boxcar:";
 
 /// Bounds on what a payload may be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PayloadLimits {
     /// Largest payload text in bytes (default 1 MiB).
     pub max_bytes: usize,
@@ -57,6 +58,7 @@ impl Default for PayloadLimits {
 
 /// Why an enqueue was refused. Never contains payload text.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EnqueueError {
     /// The job type is empty.
     #[error("job type is empty: give every job a non-empty type")]

@@ -14,40 +14,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use boxcar_queue::{
-    ChildJobRequest, ChildSummary, JobContext, JobRun, JobServices, Outcome, ServiceError,
-};
+use boxcar_queue::testing::{job_run, RecordingServices};
+use boxcar_queue::{JobContext, JobServices, Outcome};
 use boxcar_sandbox::{Capabilities, HandlerLimits, LoadedHandler, Sandbox, SandboxConfig};
-use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
-
-struct NoServices;
-
-impl JobServices for NoServices {
-    fn progress(&self, _: String) -> BoxFuture<'_, Result<(), ServiceError>> {
-        Box::pin(async { Ok(()) })
-    }
-    fn enqueue(&self, _: ChildJobRequest) -> BoxFuture<'_, Result<String, ServiceError>> {
-        Box::pin(async { Ok("x".into()) })
-    }
-    fn children(&self) -> BoxFuture<'_, Result<Vec<ChildSummary>, ServiceError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-}
-
-fn job(job_type: &str, payload: &str, timeout: Duration) -> JobRun {
-    JobRun {
-        id: "bench".into(),
-        job_type: job_type.into(),
-        payload: payload.into(),
-        attempt: 1,
-        max_attempts: 1,
-        scope: None,
-        schedule_id: None,
-        parent_id: None,
-        deadline: chrono::Utc::now() + chrono::Duration::from_std(timeout).expect("fits"),
-    }
-}
 
 fn ctx(services: &Arc<dyn JobServices>) -> JobContext {
     JobContext {
@@ -96,12 +66,15 @@ async fn per_job(pooling: bool, runs: usize, services: &Arc<dyn JobServices>) {
     let payload = r#"{"hello":"world"}"#;
     for _ in 0..200 {
         let _ = echo
-            .run(job("echo", payload, Duration::from_secs(30)), ctx(services))
+            .run(
+                job_run("echo", payload, Duration::from_secs(30)),
+                ctx(services),
+            )
             .await;
     }
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let j = job("echo", payload, Duration::from_secs(30));
+        let j = job_run("echo", payload, Duration::from_secs(30));
         let c = ctx(services);
         let t = Instant::now();
         let outcome = echo.run(j, c).await;
@@ -137,7 +110,7 @@ async fn per_job_with_capabilities(runs: usize, services: &Arc<dyn JobServices>)
     let payload = r#"{"hello":"world"}"#;
     let mut times = Vec::with_capacity(runs);
     for i in 0..runs + 200 {
-        let j = job("echo", payload, Duration::from_secs(30));
+        let j = job_run("echo", payload, Duration::from_secs(30));
         let c = ctx(services);
         let t = Instant::now();
         let outcome = echo.run(j, c).await;
@@ -163,7 +136,7 @@ async fn epoch_overhead(services: &Arc<dyn JobServices>, rounds: usize) {
             let t = Instant::now();
             let outcome = compute
                 .run(
-                    job("compute", payload, Duration::from_secs(600)),
+                    job_run("compute", payload, Duration::from_secs(600)),
                     ctx(services),
                 )
                 .await;
@@ -186,7 +159,7 @@ async fn abort_latency(services: &Arc<dyn JobServices>, runs: usize) {
     let timeout = Duration::from_millis(100);
     let mut overshoot = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let j = job("spin", "{}", timeout);
+        let j = job_run("spin", "{}", timeout);
         let deadline = Instant::now()
             + (j.deadline - chrono::Utc::now())
                 .to_std()
@@ -264,13 +237,16 @@ async fn polyglot(
         let payload = r#"{"hello":"world"}"#;
         for _ in 0..50 {
             let _ = handler
-                .run(job(name, payload, Duration::from_secs(30)), ctx(services))
+                .run(
+                    job_run(name, payload, Duration::from_secs(30)),
+                    ctx(services),
+                )
                 .await;
         }
         let faults_before = minor_faults();
         let mut times = Vec::with_capacity(runs);
         for _ in 0..runs {
-            let j = job(name, payload, Duration::from_secs(30));
+            let j = job_run(name, payload, Duration::from_secs(30));
             let c = ctx(services);
             let t = Instant::now();
             let outcome = handler.run(j, c).await;
@@ -297,7 +273,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let services: Arc<dyn JobServices> = Arc::new(NoServices);
+    let services: Arc<dyn JobServices> = Arc::new(RecordingServices::default());
     rt.block_on(async {
         let all_echoes = ["echo", "py.echo", "js.echo"];
         let picked: Vec<&str> = all_echoes

@@ -30,6 +30,7 @@ fn host_error(e: ServiceError) -> types::HostError {
         ServiceError::LimitReached(m) => types::HostError::LimitReached(m),
         ServiceError::Invalid(m) => types::HostError::Invalid(m),
         ServiceError::Host(m) => types::HostError::Unavailable(m),
+        other => types::HostError::Unavailable(other.to_string()),
     }
 }
 

@@ -18,13 +18,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use boxcar_queue::{
-    ChildJobRequest, ChildSummary, Handler, JobContext, JobRun, JobServices, ServiceError,
-};
+use boxcar_queue::testing::{context, context_with, job_run, RecordingServices};
+use boxcar_queue::{Handler, JobContext};
 use boxcar_sandbox::{Capabilities, HandlerLimits, LoadedHandler, Outcome, Sandbox, SandboxConfig};
-use futures::future::BoxFuture;
 use serde_json::{json, Value};
-use tokio_util::sync::CancellationToken;
 
 #[path = "support/http_server.rs"]
 mod http_server;
@@ -142,69 +139,8 @@ async fn example_with(lang: Lang, name: &str, caps: Capabilities) -> Option<Arc<
     Some(handler)
 }
 
-fn job(job_type: &str, payload: &str, timeout: Duration) -> JobRun {
-    JobRun {
-        id: "job-1".into(),
-        job_type: job_type.into(),
-        payload: payload.into(),
-        attempt: 1,
-        max_attempts: 3,
-        scope: None,
-        schedule_id: None,
-        parent_id: None,
-        deadline: chrono::Utc::now() + chrono::Duration::from_std(timeout).expect("timeout fits"),
-    }
-}
-
-/// Services that accept everything and record nothing.
-struct Quiet;
-
-impl JobServices for Quiet {
-    fn progress(&self, _json: String) -> BoxFuture<'_, Result<(), ServiceError>> {
-        Box::pin(async { Ok(()) })
-    }
-    fn enqueue(&self, _request: ChildJobRequest) -> BoxFuture<'_, Result<String, ServiceError>> {
-        Box::pin(async { Ok("child-1".to_string()) })
-    }
-    fn children(&self) -> BoxFuture<'_, Result<Vec<ChildSummary>, ServiceError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-}
-
-/// Records what a job asked of the host.
-#[derive(Default)]
-struct Recorder {
-    enqueued: Mutex<Vec<ChildJobRequest>>,
-    progress: Mutex<Vec<String>>,
-    /// Refuses other types with `NotAllowed`, as the queue's services do
-    /// for types outside `may_enqueue` (the sandbox forwards every call).
-    may_enqueue: Vec<String>,
-}
-
-impl JobServices for Recorder {
-    fn progress(&self, json: String) -> BoxFuture<'_, Result<(), ServiceError>> {
-        self.progress.lock().expect("lock").push(json);
-        Box::pin(async { Ok(()) })
-    }
-    fn enqueue(&self, request: ChildJobRequest) -> BoxFuture<'_, Result<String, ServiceError>> {
-        if !self.may_enqueue.contains(&request.job_type) {
-            return Box::pin(async move { Err(ServiceError::NotAllowed(request.job_type)) });
-        }
-        let mut all = self.enqueued.lock().expect("lock");
-        all.push(request);
-        let id = format!("child-{}", all.len());
-        Box::pin(async move { Ok(id) })
-    }
-    fn children(&self) -> BoxFuture<'_, Result<Vec<ChildSummary>, ServiceError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-}
-
 fn ctx() -> JobContext {
-    JobContext {
-        cancel: CancellationToken::new(),
-        services: Arc::new(Quiet),
-    }
+    context().0
 }
 
 fn parse(text: &str) -> Value {
@@ -218,7 +154,7 @@ async fn echo_returns_its_payload(lang: Lang) {
     let job_type = format!("{}.echo", lang.prefix());
     let payload = r#"{"a":[1,2,3],"b":{"c":"d"},"s":"héllo \"quoted\""}"#;
     let outcome = echo
-        .run(job(&job_type, payload, Duration::from_secs(10)), ctx())
+        .run(job_run(&job_type, payload, Duration::from_secs(10)), ctx())
         .await;
     match outcome {
         Outcome::Succeeded {
@@ -230,7 +166,10 @@ async fn echo_returns_its_payload(lang: Lang) {
     // JSON, which the queue would never enqueue) is a crash: retryable,
     // consuming an attempt, naming the exception type.
     let outcome = echo
-        .run(job(&job_type, "not json", Duration::from_secs(10)), ctx())
+        .run(
+            job_run(&job_type, "not json", Duration::from_secs(10)),
+            ctx(),
+        )
         .await;
     match outcome {
         Outcome::Retryable {
@@ -247,8 +186,12 @@ async fn echo_returns_its_payload(lang: Lang) {
         other => panic!("{job_type}: expected a retryable crash, got {other:?}"),
     }
     // Through the queue's Handler trait too.
-    let outcome =
-        Handler::handle(&*echo, job(&job_type, "{}", Duration::from_secs(10)), ctx()).await;
+    let outcome = Handler::handle(
+        &*echo,
+        job_run(&job_type, "{}", Duration::from_secs(10)),
+        ctx(),
+    )
+    .await;
     assert_eq!(
         outcome,
         Outcome::Succeeded {
@@ -265,7 +208,7 @@ async fn flaky_retries_with_retry_after(lang: Lang) {
     let job_type = format!("{}.flaky", lang.prefix());
     let payload = r#"{"succeed_on": 3, "retry_after_ms": 100}"#;
     let outcome = flaky
-        .run(job(&job_type, payload, Duration::from_secs(10)), ctx())
+        .run(job_run(&job_type, payload, Duration::from_secs(10)), ctx())
         .await;
     match outcome {
         Outcome::Retryable {
@@ -282,7 +225,10 @@ async fn flaky_retries_with_retry_after(lang: Lang) {
     // keep_attempt gives the attempt back; no retry_after means none.
     let payload_keep = r#"{"succeed_on": 3, "keep_attempt": true}"#;
     let outcome = flaky
-        .run(job(&job_type, payload_keep, Duration::from_secs(10)), ctx())
+        .run(
+            job_run(&job_type, payload_keep, Duration::from_secs(10)),
+            ctx(),
+        )
         .await;
     assert!(
         matches!(
@@ -296,7 +242,7 @@ async fn flaky_retries_with_retry_after(lang: Lang) {
         "{job_type}: {outcome:?}"
     );
     // The attempt it was told to succeed on succeeds.
-    let mut third = job(&job_type, payload, Duration::from_secs(10));
+    let mut third = job_run(&job_type, payload, Duration::from_secs(10));
     third.attempt = 3;
     match flaky.run(third, ctx()).await {
         Outcome::Succeeded {
@@ -315,7 +261,7 @@ async fn refuse_is_terminal_with_code_and_details(lang: Lang) {
     let job_type = format!("{}.refuse", lang.prefix());
     let outcome = refuse
         .run(
-            job(&job_type, r#"{"reason": "nsfw"}"#, Duration::from_secs(10)),
+            job_run(&job_type, r#"{"reason": "nsfw"}"#, Duration::from_secs(10)),
             ctx(),
         )
         .await;
@@ -344,17 +290,10 @@ async fn fanout_uses_the_host_interface(lang: Lang) {
         return;
     };
     let job_type = format!("{}.fanout", lang.prefix());
-    let recorder = Arc::new(Recorder {
-        may_enqueue: vec![echo_type.clone()],
-        ..Recorder::default()
-    });
-    let ctx = JobContext {
-        cancel: CancellationToken::new(),
-        services: recorder.clone(),
-    };
+    let (ctx, recorder) = context_with(RecordingServices::allowing([echo_type.clone()]));
     let payload = r#"{"count": 2, "delay_ms": 50}"#;
     let outcome = fanout
-        .run(job(&job_type, payload, Duration::from_secs(10)), ctx)
+        .run(job_run(&job_type, payload, Duration::from_secs(10)), ctx)
         .await;
     match outcome {
         Outcome::Succeeded {
@@ -366,7 +305,7 @@ async fn fanout_uses_the_host_interface(lang: Lang) {
         ),
         other => panic!("{job_type}: expected Succeeded, got {other:?}"),
     }
-    let enqueued = recorder.enqueued.lock().expect("lock");
+    let enqueued = recorder.enqueued();
     assert_eq!(
         enqueued.len(),
         2,
@@ -388,13 +327,7 @@ async fn fanout_uses_the_host_interface(lang: Lang) {
         assert_eq!(request.max_attempts, Some(2), "{job_type}");
         assert!(request.scope.is_none(), "{job_type}");
     }
-    let progress: Vec<Value> = recorder
-        .progress
-        .lock()
-        .expect("lock")
-        .iter()
-        .map(|p| parse(p))
-        .collect();
+    let progress: Vec<Value> = recorder.progress().iter().map(|p| parse(p)).collect();
     assert_eq!(
         progress,
         vec![
@@ -415,7 +348,7 @@ async fn spin_times_out_at_200ms(lang: Lang) {
     let _cpu = CPU.lock().await;
     let started = Instant::now();
     let outcome = spin
-        .run(job(&job_type, "{}", Duration::from_millis(200)), ctx())
+        .run(job_run(&job_type, "{}", Duration::from_millis(200)), ctx())
         .await;
     let took = started.elapsed();
     eprintln!("{job_type}: stopped {took:?} after start (deadline 200 ms)");
@@ -432,7 +365,7 @@ async fn spin_times_out_at_200ms(lang: Lang) {
     if let Some(echo) = echo {
         let outcome = echo
             .run(
-                job(
+                job_run(
                     &format!("{}.echo", lang.prefix()),
                     "{}",
                     Duration::from_secs(10),
@@ -459,7 +392,7 @@ async fn fetch_title_obeys_the_allow_list(lang: Lang) {
     let h = load_fresh(&job_type, http_caps(&[allowed.origin()])).await;
     let fetch = |url: String| {
         let payload = json!({ "url": url }).to_string();
-        job(&job_type, &payload, Duration::from_secs(10))
+        job_run(&job_type, &payload, Duration::from_secs(10))
     };
 
     // An allowed host answers.
@@ -519,13 +452,13 @@ async fn measure_echo(lang: Lang) {
     let _cpu = CPU.lock().await;
     let payload = r#"{"hello":"world"}"#;
     for _ in 0..20 {
-        echo.run(job(&job_type, payload, Duration::from_secs(10)), ctx())
+        echo.run(job_run(&job_type, payload, Duration::from_secs(10)), ctx())
             .await;
     }
     let runs = 300;
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
-        let j = job(&job_type, payload, Duration::from_secs(10));
+        let j = job_run(&job_type, payload, Duration::from_secs(10));
         let c = ctx();
         let started = Instant::now();
         let outcome = echo.run(j, c).await;

@@ -132,14 +132,10 @@ async fn enqueue(
             .into_response())
     } else {
         let id = state.queue.add_flow(job, children).await?;
-        let children = state
-            .queue
-            .find(&JobFilter {
-                parent_id: Some(id.clone()),
-                limit: Some(10_000),
-                ..JobFilter::default()
-            })
-            .await?;
+        let mut of_parent = JobFilter::default();
+        of_parent.parent_id = Some(id.clone());
+        of_parent.limit = Some(10_000);
+        let children = state.queue.find(&of_parent).await?;
         let child_ids: Vec<&str> = children.iter().map(|c| c.id.as_str()).collect();
         Ok((
             StatusCode::CREATED,
@@ -187,12 +183,10 @@ async fn list_jobs(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<JobView>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
-    let mut filter = JobFilter {
-        limit: Some(query.limit.unwrap_or(JobFilter::DEFAULT_LIMIT).min(1000)),
-        offset: query.offset,
-        parent_id: query.parent,
-        ..JobFilter::default()
-    };
+    let mut filter = JobFilter::default();
+    filter.limit = Some(query.limit.unwrap_or(JobFilter::DEFAULT_LIMIT).min(1000));
+    filter.offset = query.offset;
+    filter.parent_id = query.parent;
     if let Some(statuses) = query.status {
         for name in statuses.split(',').filter(|s| !s.is_empty()) {
             filter.statuses.push(

@@ -102,12 +102,11 @@ impl RetryRequest {
     /// # Errors
     /// Never today; kept fallible for future fields.
     pub fn into_filter(self) -> Result<JobFilter, ApiError> {
-        Ok(JobFilter {
-            types: self.types,
-            scope: self.scope,
-            limit: self.limit,
-            offset: self.offset,
-            ..JobFilter::default()
-        })
+        let mut filter = JobFilter::default();
+        filter.types = self.types;
+        filter.scope = self.scope;
+        filter.limit = self.limit;
+        filter.offset = self.offset;
+        Ok(filter)
     }
 }

@@ -292,16 +292,14 @@ async fn token_is_required_when_configured() {
 #[tokio::test]
 async fn schedules_are_listed_with_their_next_run() {
     let (app, queue) = app(None).await;
-    let schedule = boxcar_queue::schedule::ScheduleSpec {
-        id: "nightly".into(),
-        job_type: "mail".into(),
-        payload: json!({"secret": "not shown"}),
-        cron: Some("17 3 * * *".into()),
-        tz: Some("Europe/Berlin".into()),
-        ..Default::default()
-    }
-    .validate()
-    .expect("valid");
+    let mut spec = boxcar_queue::schedule::ScheduleSpec::new(
+        "nightly",
+        "mail",
+        json!({"secret": "not shown"}),
+    );
+    spec.cron = Some("17 3 * * *".into());
+    spec.tz = Some("Europe/Berlin".into());
+    let schedule = spec.validate().expect("valid");
     boxcar_queue::Scheduler::new(queue)
         .reconcile("cfg", &[schedule])
         .await

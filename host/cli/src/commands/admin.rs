@@ -9,7 +9,8 @@ use boxcar_queue::{
 use chrono::Utc;
 use serde_json::json;
 
-use super::{usage, Context};
+use super::context::Context;
+use crate::error::usage;
 use crate::{
     api::parse_scope,
     cli::{CancelArgs, JobsArgs, PruneArgs, RetryArgs},
@@ -44,22 +45,21 @@ pub fn scope_arg(text: Option<&str>) -> anyhow::Result<Option<boxcar_queue::Scop
 
 pub async fn jobs(context: Context, args: JobsArgs) -> anyhow::Result<()> {
     let queue = context.queue().await?;
-    let filter = JobFilter {
-        types: args
-            .job_type
-            .map(|t| t.split(',').map(str::to_string).collect())
-            .unwrap_or_default(),
-        statuses: args
-            .status
-            .as_deref()
-            .map(parse_statuses)
-            .transpose()?
-            .unwrap_or_default(),
-        scope: scope_arg(args.scope.as_deref())?,
-        parent_id: args.parent,
-        limit: Some(args.limit),
-        offset: Some(args.offset),
-    };
+    let mut filter = JobFilter::default();
+    filter.types = args
+        .job_type
+        .map(|t| t.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    filter.statuses = args
+        .status
+        .as_deref()
+        .map(parse_statuses)
+        .transpose()?
+        .unwrap_or_default();
+    filter.scope = scope_arg(args.scope.as_deref())?;
+    filter.parent_id = args.parent;
+    filter.limit = Some(args.limit);
+    filter.offset = Some(args.offset);
     let jobs = queue.find(&filter).await?;
     let views: Vec<JobView> = jobs.iter().map(JobView::from).collect();
     if context.json {
@@ -234,13 +234,11 @@ pub async fn cancel(context: Context, args: CancelArgs) -> anyhow::Result<()> {
 
 pub async fn retry_failed(context: Context, args: RetryArgs) -> anyhow::Result<()> {
     let queue = context.queue().await?;
-    let filter = JobFilter {
-        types: args.job_type.into_iter().collect(),
-        scope: scope_arg(args.scope.as_deref())?,
-        limit: args.limit,
-        offset: args.offset,
-        ..JobFilter::default()
-    };
+    let mut filter = JobFilter::default();
+    filter.types = args.job_type.into_iter().collect();
+    filter.scope = scope_arg(args.scope.as_deref())?;
+    filter.limit = args.limit;
+    filter.offset = args.offset;
     let retried = queue.retry_failed(&filter).await?;
     if context.json {
         return print_json(&json!({"retried": retried}));

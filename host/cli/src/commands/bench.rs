@@ -10,7 +10,8 @@ use boxcar_queue::{
 };
 use boxcar_sandbox::Sandbox;
 
-use super::{usage, Context};
+use super::context::Context;
+use crate::error::usage;
 use crate::{
     cli::{BenchArgs, BenchHandler, Workload},
     sandbox_glue,

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use boxcar_sandbox::Sandbox;
 use serde_json::json;
 
-use super::{usage, Context};
+use super::context::Context;
+use crate::error::usage;
 use crate::{cli::CheckArgs, deploy, sandbox_glue};
 
 pub async fn run(context: Context, args: CheckArgs) -> anyhow::Result<()> {

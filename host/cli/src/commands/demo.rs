@@ -19,8 +19,8 @@ use serde_json::json;
 
 use crate::{
     cli::DemoArgs,
-    commands::usage,
     deploy::Deployer,
+    error::usage,
     output::{clip, table},
     sandbox_glue,
 };
@@ -91,8 +91,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         let component = boxcar_examples::get(example)
             .ok_or_else(|| usage(format!("example `{example}` is missing from this build")))?
             .component()?;
-        crate::commands::write_module(&handlers.join(format!("{name}.wasm")), component)?;
-        crate::commands::write_module(&handlers.join(format!("{name}.toml")), manifest.as_bytes())?;
+        super::examples::write_atomically(&handlers.join(format!("{name}.wasm")), component)?;
+        super::examples::write_atomically(
+            &handlers.join(format!("{name}.toml")),
+            manifest.as_bytes(),
+        )?;
     }
 
     let queue = Queue::new(connect(&db).await?, QueueOptions::default())?;

@@ -6,7 +6,8 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{admin::scope_arg, usage, Context, JobFailed, WaitTimedOut};
+use super::{admin::scope_arg, context::Context};
+use crate::error::{usage, JobFailed, WaitTimedOut};
 use crate::{
     cli::EnqueueArgs,
     output::{json_for_terminal, json_text_for_terminal},

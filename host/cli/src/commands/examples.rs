@@ -12,7 +12,8 @@ use std::path::Path;
 use boxcar_examples::{Example, ALL};
 use serde_json::json;
 
-use super::{usage, Context};
+use super::context::Context;
+use crate::error::usage;
 use crate::{cli::ExamplesCommand, output::table, units::ByteSize};
 
 pub fn run(context: Context, command: ExamplesCommand) -> anyhow::Result<()> {

@@ -4,7 +4,7 @@
 
 use boxcar_queue::Scheduler;
 
-use super::Context;
+use super::context::Context;
 use crate::{cli::SchedulesArgs, output::table, views::ScheduleView};
 
 pub async fn run(context: Context, args: SchedulesArgs) -> anyhow::Result<()> {

@@ -15,7 +15,8 @@ use boxcar_queue::{deployed::HEARTBEAT_INTERVAL, open_store, Queue, Registry, Sc
 use boxcar_sandbox::Sandbox;
 use tokio_util::sync::CancellationToken;
 
-use super::{usage, Context};
+use super::context::Context;
+use crate::error::usage;
 use crate::{
     api::{self, AppState, Metrics},
     cli::ServeArgs,

@@ -42,17 +42,16 @@ pub(super) fn resolve(raw: Vec<RawSchedule>) -> Result<Vec<Schedule>, String> {
         let start_at = instant("start_at", r.start_at.clone());
         let end_at = instant("end_at", r.end_at.clone());
         match (start_at, end_at) {
-            (Ok(start_at), Ok(end_at)) => specs.push(ScheduleSpec {
-                id: r.id,
-                job_type: r.job_type,
-                payload: r.payload,
-                every: r.every.map(|d| d.0),
-                cron: r.cron,
-                tz: r.tz,
-                immediately: r.immediately,
-                start_at,
-                end_at,
-            }),
+            (Ok(start_at), Ok(end_at)) => {
+                let mut spec = ScheduleSpec::new(r.id, r.job_type, r.payload);
+                spec.every = r.every.map(|d| d.0);
+                spec.cron = r.cron;
+                spec.tz = r.tz;
+                spec.immediately = r.immediately;
+                spec.start_at = start_at;
+                spec.end_at = end_at;
+                specs.push(spec);
+            }
             (Err(e), _) | (_, Err(e)) => errors.push(e),
         }
     }

@@ -249,6 +249,7 @@ pub struct ReleaseParams {
 
 /// Which jobs to cancel.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub enum CancelTarget {
     /// These ids (pending or running).
     Ids(Vec<String>),

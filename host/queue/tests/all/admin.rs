@@ -458,17 +458,15 @@ async fn pool_rate_window_resets_after_a_minute() {
     for _ in 0..5 {
         q.add(NewJob::new("r", &json!({}))).await.unwrap();
     }
-    let guards = ClaimGuards {
-        pools: vec![PoolGuard {
-            name: "api".into(),
-            rate_per_minute: Some(2),
-            member_costs: vec![("r".into(), 1)],
-            cost: 1,
-            rate_cost: 1,
-            ..PoolGuard::default()
-        }],
-        ..ClaimGuards::default()
-    };
+    let mut guards = ClaimGuards::default();
+    guards.pools = vec![PoolGuard {
+        name: "api".into(),
+        rate_per_minute: Some(2),
+        member_costs: vec![("r".into(), 1)],
+        cost: 1,
+        rate_cost: 1,
+        ..PoolGuard::default()
+    }];
     let claim = || ClaimParams {
         worker_id: "w".into(),
         job_type: "r".into(),

@@ -8,35 +8,15 @@ use std::time::{Duration, Instant};
 
 use boxcar_queue::bounds::{MAX_HANDLER_TIMEOUT, MAX_RETRY_DELAY};
 use boxcar_queue::{
-    guest_dedupe_key, ChildJobRequest, EnqueueBounds, EnqueueError, Handler, HandlerSettings,
-    JobContext, JobRun, JobStatus, NewJob, Outcome, Queue, QueueError, Registry, RetentionPolicy,
-    ServiceError, Worker, WorkerOptions, INVALID_OUTPUT,
+    guest_dedupe_key, ChildJobRequest, EnqueueBounds, EnqueueError, HandlerSettings, JobContext,
+    JobRun, JobStatus, NewJob, Outcome, Queue, QueueError, Registry, RetentionPolicy, ServiceError,
+    Worker, WorkerOptions, INVALID_OUTPUT,
 };
 use chrono::Utc;
-use futures::future::BoxFuture;
-use futures::FutureExt;
 use parking_lot::Mutex;
 use serde_json::json;
 
-use crate::support::{eventually, Fixture};
-
-type Behaviour = Arc<dyn Fn(JobRun, JobContext) -> BoxFuture<'static, Outcome> + Send + Sync>;
-
-struct FnHandler(Behaviour);
-
-impl Handler for FnHandler {
-    fn handle(&self, job: JobRun, ctx: JobContext) -> BoxFuture<'static, Outcome> {
-        (self.0)(job, ctx)
-    }
-}
-
-fn handler<F, Fut>(f: F) -> Arc<dyn Handler>
-where
-    F: Fn(JobRun, JobContext) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Outcome> + Send + 'static,
-{
-    Arc::new(FnHandler(Arc::new(move |j, c| f(j, c).boxed())))
-}
+use crate::support::{eventually, handler, Fixture};
 
 fn opts() -> WorkerOptions {
     let mut opts = WorkerOptions::default();

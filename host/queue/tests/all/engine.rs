@@ -10,34 +10,11 @@ use boxcar_queue::{
     LifecycleEvent, LifecycleObserver, LifecycleOutcome, NewJob, Outcome, Queue, Registry,
     ServiceError, Worker, WorkerHandle, WorkerOptions,
 };
-use futures::future::BoxFuture;
-use futures::FutureExt;
 use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::Notify;
 
-use crate::support::{eventually, Backend, Fixture, Recorder};
-
-type Behaviour = Arc<dyn Fn(JobRun, JobContext) -> BoxFuture<'static, Outcome> + Send + Sync>;
-
-struct FnHandler(Behaviour);
-
-impl Handler for FnHandler {
-    fn handle(&self, job: JobRun, ctx: JobContext) -> BoxFuture<'static, Outcome> {
-        (self.0)(job, ctx)
-    }
-    fn version(&self) -> String {
-        "sha256:test".into()
-    }
-}
-
-fn handler<F, Fut>(f: F) -> Arc<dyn Handler>
-where
-    F: Fn(JobRun, JobContext) -> Fut + Send + Sync + 'static,
-    Fut: std::future::Future<Output = Outcome> + Send + 'static,
-{
-    Arc::new(FnHandler(Arc::new(move |j, c| f(j, c).boxed())))
-}
+use crate::support::{eventually, handler, Backend, Fixture, Recorder};
 
 fn fast_opts() -> WorkerOptions {
     let mut opts = WorkerOptions::default();
@@ -519,13 +496,9 @@ async fn flows_with_mixed_children(fx: &Fixture) {
         JobStatus::Succeeded,
         "a failed child does not fail the parent"
     );
-    let kids = q
-        .find(&JobFilter {
-            parent_id: Some(parent.clone()),
-            ..JobFilter::default()
-        })
-        .await
-        .unwrap();
+    let mut children = JobFilter::default();
+    children.parent_id = Some(parent.clone());
+    let kids = q.find(&children).await.unwrap();
     let parent_started = done.started_at.unwrap();
     assert!(
         kids.iter()
@@ -551,10 +524,8 @@ async fn flows_with_mixed_children(fx: &Fixture) {
         )
         .await
         .unwrap();
-    let filter = JobFilter {
-        parent_id: Some(second.clone()),
-        ..JobFilter::default()
-    };
+    let mut filter = JobFilter::default();
+    filter.parent_id = Some(second.clone());
     assert!(
         all_children_reach(&q, &filter, JobStatus::Running).await,
         "both children started"

@@ -22,29 +22,17 @@ use crate::support::{Backend, Fixture, Recorder};
 const ALL: [Backend; 3] = [Backend::Memory, Backend::Sqlite, Backend::Postgres];
 
 fn every(id: &str, every: Duration) -> Schedule {
-    ScheduleSpec {
-        id: id.into(),
-        job_type: "tick".into(),
-        payload: serde_json::json!({"id": id}),
-        every: Some(every),
-        ..ScheduleSpec::default()
-    }
-    .validate()
-    .unwrap()
+    let mut spec = ScheduleSpec::new(id, "tick", serde_json::json!({"id": id}));
+    spec.every = Some(every);
+    spec.validate().unwrap()
 }
 
 fn cron(id: &str, expr: &str, immediately: bool) -> Schedule {
-    ScheduleSpec {
-        id: id.into(),
-        job_type: "tick".into(),
-        payload: serde_json::json!({}),
-        cron: Some(expr.into()),
-        tz: Some("Europe/Berlin".into()),
-        immediately,
-        ..ScheduleSpec::default()
-    }
-    .validate()
-    .unwrap()
+    let mut spec = ScheduleSpec::new(id, "tick", serde_json::json!({}));
+    spec.cron = Some(expr.into());
+    spec.tz = Some("Europe/Berlin".into());
+    spec.immediately = immediately;
+    spec.validate().unwrap()
 }
 
 fn ids(v: &[&str]) -> Vec<String> {
@@ -52,13 +40,10 @@ fn ids(v: &[&str]) -> Vec<String> {
 }
 
 async fn scheduled_jobs(q: &Queue) -> Vec<boxcar_queue::Job> {
-    q.find(&JobFilter {
-        types: vec!["tick".into()],
-        limit: Some(1000),
-        ..JobFilter::default()
-    })
-    .await
-    .unwrap()
+    let mut ticks = JobFilter::default();
+    ticks.types = vec!["tick".into()];
+    ticks.limit = Some(1000);
+    q.find(&ticks).await.unwrap()
 }
 
 async fn reconcile_semantics(backend: Backend) {

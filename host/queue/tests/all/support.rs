@@ -9,8 +9,11 @@ use boxcar_queue::store::postgres::PostgresStore;
 use boxcar_queue::store::sqlite::SqliteStore;
 use boxcar_queue::store::traced::TracedStore;
 use boxcar_queue::{
-    JobStore, LifecycleEvent, LifecycleObserver, LifecycleOutcome, Queue, QueueOptions,
+    Handler, JobContext, JobRun, JobStore, LifecycleEvent, LifecycleObserver, LifecycleOutcome,
+    Outcome, Queue, QueueOptions,
 };
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use parking_lot::Mutex;
 
 /// One `#[tokio::test]` per backend for each named check (an `async fn
@@ -210,4 +213,28 @@ impl Recorder {
             .map(|e| e.outcome)
             .collect()
     }
+}
+
+type Behaviour = Arc<dyn Fn(JobRun, JobContext) -> BoxFuture<'static, Outcome> + Send + Sync>;
+
+/// A native handler whose every run is a call of a closure; its version is
+/// `sha256:test`.
+struct FnHandler(Behaviour);
+
+impl Handler for FnHandler {
+    fn handle(&self, job: JobRun, ctx: JobContext) -> BoxFuture<'static, Outcome> {
+        (self.0)(job, ctx)
+    }
+    fn version(&self) -> String {
+        "sha256:test".into()
+    }
+}
+
+/// A handler that runs `f` for each job.
+pub fn handler<F, Fut>(f: F) -> Arc<dyn Handler>
+where
+    F: Fn(JobRun, JobContext) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Outcome> + Send + 'static,
+{
+    Arc::new(FnHandler(Arc::new(move |j, c| f(j, c).boxed())))
 }

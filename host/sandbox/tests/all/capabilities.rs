@@ -10,8 +10,9 @@ use std::{
 
 use boxcar_sandbox::{Capabilities, DirGrant, DirMode, HandlerLimits, LimitKind, Outcome};
 
-use crate::common::{captured_logs, job, load_with, new_ctx, scratch_dir};
+use crate::common::{captured_logs, load_with, scratch_dir};
 use crate::http_server::{assert_refused, http_caps, TestServer};
+use boxcar_queue::testing::{context, job_run};
 
 pub(crate) fn fetch(url: &str) -> String {
     serde_json::json!({ "url": url }).to_string()
@@ -32,10 +33,10 @@ async fn allowed_host_answers() {
         HandlerLimits::default(),
         http_caps(&[server.origin()]),
     );
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let outcome = h
         .run(
-            job(
+            job_run(
                 "fetch-title",
                 &fetch(&server.url("/title")),
                 Duration::from_secs(10),
@@ -59,8 +60,8 @@ async fn disallowed_host_is_refused_before_connecting_and_logged() {
         HandlerLimits::default(),
         http_caps(&[allowed.origin()]),
     );
-    let (ctx, _) = new_ctx();
-    let mut run = job(
+    let (ctx, _) = context();
+    let mut run = job_run(
         "fetch-title",
         &fetch(&other.url("/title")),
         Duration::from_secs(10),
@@ -86,10 +87,10 @@ async fn disallowed_host_is_refused_before_connecting_and_logged() {
         HandlerLimits::default(),
         Capabilities::default(),
     );
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let outcome = none
         .run(
-            job(
+            job_run(
                 "fetch-title",
                 &fetch(&allowed.url("/title")),
                 Duration::from_secs(10),
@@ -111,21 +112,21 @@ async fn redirect_to_a_disallowed_host_is_refused() {
         http_caps(&[allowed.origin()]),
     );
     // A redirect within the list is followed.
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let within = allowed.url(&format!("/redirect?to={}", allowed.url("/title")));
     let outcome = h
         .run(
-            job("fetch-title", &fetch(&within), Duration::from_secs(10)),
+            job_run("fetch-title", &fetch(&within), Duration::from_secs(10)),
             ctx,
         )
         .await;
     assert_eq!(result_json(&outcome)["title"], "Hello boxcar");
     // A redirect off the list is refused before the other host is reached.
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let away = allowed.url(&format!("/redirect?to={}", other.url("/title")));
     let outcome = h
         .run(
-            job("fetch-title", &fetch(&away), Duration::from_secs(10)),
+            job_run("fetch-title", &fetch(&away), Duration::from_secs(10)),
             ctx,
         )
         .await;
@@ -142,11 +143,11 @@ async fn server_that_never_answers_is_cut_off_at_the_job_timeout() {
         HandlerLimits::default(),
         http_caps(&[server.origin()]),
     );
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let started = Instant::now();
     let outcome = h
         .run(
-            job(
+            job_run(
                 "fetch-title",
                 &fetch(&server.url("/hang")),
                 Duration::from_millis(800),
@@ -160,7 +161,7 @@ async fn server_that_never_answers_is_cut_off_at_the_job_timeout() {
     assert_eq!(server.accepted(), 1);
 
     // Cancellation cuts an in-flight request off too.
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let cancel = ctx.cancel.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -169,7 +170,7 @@ async fn server_that_never_answers_is_cut_off_at_the_job_timeout() {
     let started = Instant::now();
     let outcome = h
         .run(
-            job(
+            job_run(
                 "fetch-title",
                 &fetch(&server.url("/hang")),
                 Duration::from_secs(30),
@@ -190,10 +191,10 @@ async fn response_bodies_are_capped() {
     };
     let h = load_with("fetch-title", limits, http_caps(&[server.origin()]));
     for path in ["/big", "/big-declared"] {
-        let (ctx, _) = new_ctx();
+        let (ctx, _) = context();
         let outcome = h
             .run(
-                job(
+                job_run(
                     "fetch-title",
                     &fetch(&server.url(path)),
                     Duration::from_secs(10),
@@ -265,9 +266,9 @@ fn fs_caps(fx: &FsFixture) -> Capabilities {
 
 async fn probe(caps: Capabilities, ops: serde_json::Value) -> Outcome {
     let h = load_with("fs-probe", HandlerLimits::default(), caps);
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let payload = serde_json::json!({ "ops": ops }).to_string();
-    h.run(job("fs-probe", &payload, Duration::from_secs(10)), ctx)
+    h.run(job_run("fs-probe", &payload, Duration::from_secs(10)), ctx)
         .await
 }
 
@@ -441,9 +442,9 @@ async fn guest_sees_exactly_the_declared_env() {
         "Debug must not print env values"
     );
     let h = load_with("env-dump", HandlerLimits::default(), caps);
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let result = result_json(
-        &h.run(job("env-dump", "{}", Duration::from_secs(10)), ctx)
+        &h.run(job_run("env-dump", "{}", Duration::from_secs(10)), ctx)
             .await,
     );
     let seen: BTreeMap<String, String> =
@@ -455,9 +456,9 @@ async fn guest_sees_exactly_the_declared_env() {
         HandlerLimits::default(),
         Capabilities::default(),
     );
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let result = result_json(
-        &h.run(job("env-dump", "{}", Duration::from_secs(10)), ctx)
+        &h.run(job_run("env-dump", "{}", Duration::from_secs(10)), ctx)
             .await,
     );
     assert_eq!(result["vars"], serde_json::json!({}));

@@ -1,16 +1,13 @@
-//! Shared fixtures: one sandbox for the whole binary, a recording
-//! `JobServices` double, job builders.
+//! Shared fixtures: one sandbox for the whole binary, memoised example
+//! loads, captured logs. The job and host-services doubles are the queue's
+//! (`boxcar_queue::testing`), shared with the other test binaries.
 
 use std::{
     collections::HashMap,
     sync::{Arc, Mutex, OnceLock},
-    time::Duration,
 };
 
-use boxcar_queue::{ChildJobRequest, ChildSummary, JobContext, JobRun, JobServices, ServiceError};
 use boxcar_sandbox::{Capabilities, HandlerLimits, LoadedHandler, Sandbox, SandboxConfig};
-use futures::future::BoxFuture;
-use tokio_util::sync::CancellationToken;
 
 /// Tests that keep a core busy (spinning guests, timing measurements) take
 /// this lock so they do not skew each other's timings on small machines.
@@ -59,56 +56,6 @@ pub fn load_with(name: &str, limits: HandlerLimits, caps: Capabilities) -> Arc<L
     let h = sandbox().load(&bytes, limits, caps).expect("example loads");
     map.lock().expect("lock").insert(key, Arc::clone(&h));
     h
-}
-
-/// A job of `job_type` with `payload`, due to stop `timeout` from now.
-pub fn job(job_type: &str, payload: &str, timeout: Duration) -> JobRun {
-    JobRun {
-        id: "job-1".into(),
-        job_type: job_type.into(),
-        payload: payload.into(),
-        attempt: 1,
-        max_attempts: 3,
-        scope: None,
-        schedule_id: None,
-        parent_id: None,
-        deadline: chrono::Utc::now() + chrono::Duration::from_std(timeout).expect("timeout fits"),
-    }
-}
-
-/// Records what a job asked of the host.
-#[derive(Default)]
-pub struct Recorder {
-    pub enqueued: Mutex<Vec<ChildJobRequest>>,
-    pub progress: Mutex<Vec<String>>,
-}
-
-impl JobServices for Recorder {
-    fn progress(&self, json: String) -> BoxFuture<'_, Result<(), ServiceError>> {
-        self.progress.lock().expect("lock").push(json);
-        Box::pin(async { Ok(()) })
-    }
-
-    fn enqueue(&self, request: ChildJobRequest) -> BoxFuture<'_, Result<String, ServiceError>> {
-        let mut all = self.enqueued.lock().expect("lock");
-        all.push(request);
-        let id = format!("child-{}", all.len());
-        Box::pin(async move { Ok(id) })
-    }
-
-    fn children(&self) -> BoxFuture<'_, Result<Vec<ChildSummary>, ServiceError>> {
-        Box::pin(async { Ok(Vec::new()) })
-    }
-}
-
-/// A fresh context with a recording services double.
-pub fn new_ctx() -> (JobContext, Arc<Recorder>) {
-    let recorder = Arc::new(Recorder::default());
-    let ctx = JobContext {
-        cancel: CancellationToken::new(),
-        services: recorder.clone(),
-    };
-    (ctx, recorder)
 }
 
 /// Log lines captured for the whole test binary (guest log lines carry the

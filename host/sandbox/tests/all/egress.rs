@@ -9,8 +9,9 @@ use boxcar_sandbox::{internal_address, HandlerLimits};
 
 use crate::capabilities::{fetch, result_json};
 use crate::common::captured_logs;
-use crate::common::{job, load_with, new_ctx};
+use crate::common::load_with;
 use crate::http_server::{assert_refused, http_caps, TestServer};
+use boxcar_queue::testing::{context, job_run};
 
 #[test]
 fn classifier_knows_internal_ranges() {
@@ -95,8 +96,8 @@ fn classifier_knows_internal_ranges() {
 /// Runs `fetch-title` granted `origins` against `url`, with job id `id`.
 async fn fetch_with(origins: &[String], url: &str, id: &str) -> boxcar_sandbox::Outcome {
     let h = load_with("fetch-title", HandlerLimits::default(), http_caps(origins));
-    let (ctx, _) = new_ctx();
-    let mut run = job("fetch-title", &fetch(url), Duration::from_secs(10));
+    let (ctx, _) = context();
+    let mut run = job_run("fetch-title", &fetch(url), Duration::from_secs(10));
     run.id = id.into();
     h.run(run, ctx).await
 }

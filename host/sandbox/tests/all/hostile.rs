@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use boxcar_sandbox::{Capabilities, HandlerLimits, LimitKind, Outcome};
 
-use crate::common::{job, load, load_with, new_ctx, CPU};
+use crate::common::{load, load_with, CPU};
+use boxcar_queue::testing::{context, job_run};
 
 #[tokio::test]
 async fn memory_hog_is_out_of_memory_at_32mib() {
@@ -16,16 +17,16 @@ async fn memory_hog_is_out_of_memory_at_32mib() {
         },
         Capabilities::default(),
     );
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let outcome = hog
-        .run(job("memory-hog", "{}", Duration::from_secs(10)), ctx)
+        .run(job_run("memory-hog", "{}", Duration::from_secs(10)), ctx)
         .await;
     assert_eq!(outcome, Outcome::OutOfMemory);
     // The same guest under the cap succeeds.
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let outcome = hog
         .run(
-            job("memory-hog", r#"{"max_mib": 4}"#, Duration::from_secs(10)),
+            job_run("memory-hog", r#"{"max_mib": 4}"#, Duration::from_secs(10)),
             ctx,
         )
         .await;
@@ -41,17 +42,20 @@ async fn memory_hog_is_out_of_memory_at_32mib() {
 async fn deep_recursion_traps_with_stack_overflow_and_host_survives() {
     let _cpu = CPU.lock().await;
     let deep = load("deep-recursion");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let outcome = deep
-        .run(job("deep-recursion", "{}", Duration::from_secs(10)), ctx)
+        .run(
+            job_run("deep-recursion", "{}", Duration::from_secs(10)),
+            ctx,
+        )
         .await;
     match outcome {
         Outcome::Trapped { message } => assert!(message.contains("stack overflow"), "{message}"),
         other => panic!("expected Trapped, got {other:?}"),
     }
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let echo = load("echo")
-        .run(job("echo", "{}", Duration::from_secs(5)), ctx)
+        .run(job_run("echo", "{}", Duration::from_secs(5)), ctx)
         .await;
     assert_eq!(
         echo,
@@ -64,10 +68,10 @@ async fn deep_recursion_traps_with_stack_overflow_and_host_survives() {
 #[tokio::test]
 async fn trap_reports_the_panic_message() {
     let trap = load("trap");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let outcome = trap
         .run(
-            job("trap", r#"{"message":"kaboom 42"}"#, Duration::from_secs(5)),
+            job_run("trap", r#"{"message":"kaboom 42"}"#, Duration::from_secs(5)),
             ctx,
         )
         .await;
@@ -80,9 +84,9 @@ async fn trap_reports_the_panic_message() {
 #[tokio::test]
 async fn huge_result_exceeds_max_result() {
     let huge = load("huge-result");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let outcome = huge
-        .run(job("huge-result", "{}", Duration::from_secs(10)), ctx)
+        .run(job_run("huge-result", "{}", Duration::from_secs(10)), ctx)
         .await;
     match outcome {
         Outcome::LimitExceeded { which, detail } => {
@@ -97,9 +101,9 @@ async fn log_flood_is_stopped_at_max_log() {
     let _cpu = CPU.lock().await;
     let flood = load("log-flood");
     for payload in [r#"{}"#, r#"{"stderr": true}"#] {
-        let (ctx, _) = new_ctx();
+        let (ctx, _) = context();
         let outcome = flood
-            .run(job("log-flood", payload, Duration::from_secs(20)), ctx)
+            .run(job_run("log-flood", payload, Duration::from_secs(20)), ctx)
             .await;
         match outcome {
             Outcome::LimitExceeded { which, detail } => {
@@ -113,10 +117,10 @@ async fn log_flood_is_stopped_at_max_log() {
 #[tokio::test]
 async fn log_within_budget_succeeds() {
     let flood = load("log-flood");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let outcome = flood
         .run(
-            job(
+            job_run(
                 "log-flood",
                 r#"{"lines": 10, "line_len": 100000}"#,
                 Duration::from_secs(5),
@@ -142,9 +146,9 @@ async fn enqueue_flood_is_cut_off_at_max_enqueues() {
         },
         Capabilities::default(),
     );
-    let (ctx, recorder) = new_ctx();
+    let (ctx, recorder) = context();
     let outcome = flood
-        .run(job("enqueue-flood", "{}", Duration::from_secs(10)), ctx)
+        .run(job_run("enqueue-flood", "{}", Duration::from_secs(10)), ctx)
         .await;
     let Outcome::Succeeded {
         result: Some(result),
@@ -161,5 +165,5 @@ async fn enqueue_flood_is_cut_off_at_max_enqueues() {
             .contains("LimitReached"),
         "{v}"
     );
-    assert_eq!(recorder.enqueued.lock().expect("lock").len(), 10);
+    assert_eq!(recorder.enqueued().len(), 10);
 }

@@ -113,10 +113,10 @@ async fn fuel_runs_out_on_a_spinning_guest() {
             Capabilities::default(),
         )
         .expect("loads");
-    let (ctx, _) = crate::common::new_ctx();
+    let (ctx, _) = boxcar_queue::testing::context();
     let outcome = spin
         .run(
-            crate::common::job("spin", "{}", std::time::Duration::from_secs(10)),
+            boxcar_queue::testing::job_run("spin", "{}", std::time::Duration::from_secs(10)),
             ctx,
         )
         .await;
@@ -150,10 +150,14 @@ async fn a_separately_compiled_artifact_loads_into_a_pooling_sandbox() {
         .expect("the artifact loads");
     assert!(!report.cache_hit);
     assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
-    let (ctx, _) = crate::common::new_ctx();
+    let (ctx, _) = boxcar_queue::testing::context();
     let outcome = handler
         .run(
-            crate::common::job("echo", r#"{"a":1}"#, std::time::Duration::from_secs(10)),
+            boxcar_queue::testing::job_run(
+                "echo",
+                r#"{"a":1}"#,
+                std::time::Duration::from_secs(10),
+            ),
             ctx,
         )
         .await;

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use boxcar_sandbox::{HandlerLimits, LimitKind, Outcome};
 
-use crate::common::{captured_logs, job, load, new_ctx, CPU};
+use crate::common::{captured_logs, load, CPU};
+use boxcar_queue::testing::{context, job_run};
 
 /// Lines of the captured host log that belong to job `id`.
 fn lines_of(id: &str) -> Vec<String> {
@@ -24,8 +25,8 @@ fn lines_of(id: &str) -> Vec<String> {
 async fn attack(id: &str, payload: &str) -> (Outcome, Duration) {
     captured_logs();
     let h = load("log-attack");
-    let (ctx, _) = new_ctx();
-    let mut run = job("log-attack", payload, Duration::from_secs(30));
+    let (ctx, _) = context();
+    let mut run = job_run("log-attack", payload, Duration::from_secs(30));
     run.id = id.into();
     let started = Instant::now();
     let outcome = h.run(run, ctx).await;

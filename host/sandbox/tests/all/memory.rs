@@ -8,7 +8,8 @@ use std::{process::Command, time::Duration};
 
 use boxcar_sandbox::{Capabilities, HandlerLimits, Outcome, Sandbox, SandboxConfig, SandboxError};
 
-use crate::common::{cache_dir, job, new_ctx, sandbox, CPU};
+use crate::common::{cache_dir, sandbox, CPU};
+use boxcar_queue::testing::{context, job_run};
 
 /// The child test that runs the job in a process of its own.
 const CHILD: &str = "memory::many_memories_job_is_out_of_memory_with_pooling";
@@ -43,8 +44,8 @@ async fn run_many_memories(sandbox: &Sandbox) -> Outcome {
             Capabilities::default(),
         )
         .expect("loads when the pool share holds its memories");
-    let (ctx, _) = new_ctx();
-    h.run(job("many-memories", "{}", Duration::from_secs(30)), ctx)
+    let (ctx, _) = context();
+    h.run(job_run("many-memories", "{}", Duration::from_secs(30)), ctx)
         .await
 }
 

@@ -5,14 +5,15 @@ use std::time::Duration;
 use boxcar_queue::Handler;
 use boxcar_sandbox::Outcome;
 
-use crate::common::{job, load, new_ctx};
+use crate::common::load;
+use boxcar_queue::testing::{context, job_run};
 
 #[tokio::test]
 async fn echo_returns_its_payload() {
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let payload = r#"{"a":[1,2,3],"b":{"c":"d"}}"#;
     let outcome = load("echo")
-        .run(job("echo", payload, Duration::from_secs(5)), ctx)
+        .run(job_run("echo", payload, Duration::from_secs(5)), ctx)
         .await;
     assert_eq!(
         outcome,
@@ -24,9 +25,9 @@ async fn echo_returns_its_payload() {
 
 #[tokio::test]
 async fn noop_succeeds_without_result() {
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let outcome = load("noop")
-        .run(job("noop", "{}", Duration::from_secs(5)), ctx)
+        .run(job_run("noop", "{}", Duration::from_secs(5)), ctx)
         .await;
     assert_eq!(outcome, Outcome::Succeeded { result: None });
 }
@@ -34,10 +35,10 @@ async fn noop_succeeds_without_result() {
 #[tokio::test]
 async fn flaky_is_retryable_with_retry_after_and_flag() {
     let flaky = load("flaky");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let payload = r#"{"succeed_on": 3, "retry_after_ms": 1500, "keep_attempt": true}"#;
     let outcome = flaky
-        .run(job("flaky", payload, Duration::from_secs(5)), ctx)
+        .run(job_run("flaky", payload, Duration::from_secs(5)), ctx)
         .await;
     match outcome {
         Outcome::Retryable {
@@ -51,10 +52,10 @@ async fn flaky_is_retryable_with_retry_after_and_flag() {
         }
         other => panic!("expected Retryable, got {other:?}"),
     }
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let payload = r#"{"succeed_on": 3}"#;
     let outcome = flaky
-        .run(job("flaky", payload, Duration::from_secs(5)), ctx)
+        .run(job_run("flaky", payload, Duration::from_secs(5)), ctx)
         .await;
     assert!(matches!(
         outcome,
@@ -64,8 +65,8 @@ async fn flaky_is_retryable_with_retry_after_and_flag() {
             ..
         }
     ));
-    let (ctx, _) = new_ctx();
-    let mut last = job("flaky", payload, Duration::from_secs(5));
+    let (ctx, _) = context();
+    let mut last = job_run("flaky", payload, Duration::from_secs(5));
     last.attempt = 3;
     assert_eq!(
         flaky.run(last, ctx).await,
@@ -77,10 +78,10 @@ async fn flaky_is_retryable_with_retry_after_and_flag() {
 
 #[tokio::test]
 async fn wrong_payload_shape_is_terminal_naming_the_type_not_the_payload() {
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let payload = r#"{"succeed_on": "hunter2"}"#;
     let outcome = load("flaky")
-        .run(job("flaky", payload, Duration::from_secs(5)), ctx)
+        .run(job_run("flaky", payload, Duration::from_secs(5)), ctx)
         .await;
     match outcome {
         Outcome::Terminal { message, code, .. } => {
@@ -99,8 +100,8 @@ async fn handler_trait_runs_jobs_and_reports_the_digest() {
     let echo = load("echo");
     let expected = hex::encode(sha2::Sha256::digest(boxcar_examples::bytes("echo")));
     assert_eq!(Handler::version(&*echo), expected);
-    let (ctx, _) = new_ctx();
-    let outcome = Handler::handle(&*echo, job("echo", "{}", Duration::from_secs(5)), ctx).await;
+    let (ctx, _) = context();
+    let outcome = Handler::handle(&*echo, job_run("echo", "{}", Duration::from_secs(5)), ctx).await;
     assert_eq!(
         outcome,
         Outcome::Succeeded {

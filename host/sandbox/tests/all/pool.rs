@@ -12,7 +12,8 @@ use boxcar_queue::{
 use boxcar_sandbox::{Capabilities, HandlerLimits, Outcome, Sandbox, SandboxConfig, SandboxError};
 use serde_json::json;
 
-use crate::common::{cache_dir, job, new_ctx};
+use crate::common::cache_dir;
+use boxcar_queue::testing::{context, job_run};
 
 fn small_pool(instances: u32) -> Sandbox {
     Sandbox::new(SandboxConfig {
@@ -62,9 +63,12 @@ async fn reservations_must_fit_the_pool_and_handlers_within_it_all_run() {
     let runs = [&a, &a, &b, &b].map(|h| {
         let h = Arc::clone(h);
         tokio::spawn(async move {
-            let (ctx, _) = new_ctx();
-            h.run(job("sleep", r#"{"ms": 200}"#, Duration::from_secs(10)), ctx)
-                .await
+            let (ctx, _) = context();
+            h.run(
+                job_run("sleep", r#"{"ms": 200}"#, Duration::from_secs(10)),
+                ctx,
+            )
+            .await
         })
     });
     for run in runs {
@@ -94,19 +98,25 @@ async fn a_full_pool_gives_the_job_back_without_using_an_attempt() {
         .expect("loads");
 
     // Straight from the sandbox: not run, attempt kept.
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let busy = {
         let sleep = Arc::clone(&sleep);
         tokio::spawn(async move {
             sleep
-                .run(job("sleep", r#"{"ms": 500}"#, Duration::from_secs(10)), ctx)
+                .run(
+                    job_run("sleep", r#"{"ms": 500}"#, Duration::from_secs(10)),
+                    ctx,
+                )
                 .await
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let second = sleep
-        .run(job("sleep", r#"{"ms": 1}"#, Duration::from_secs(10)), ctx)
+        .run(
+            job_run("sleep", r#"{"ms": 1}"#, Duration::from_secs(10)),
+            ctx,
+        )
         .await;
     match &second {
         Outcome::Retryable {

@@ -16,7 +16,8 @@ use boxcar_sandbox::{
     Capabilities, HandlerLimits, LimitKind, Outcome, Sandbox, SandboxConfig, ScratchMode,
 };
 
-use crate::common::{cache_dir, job, new_ctx};
+use crate::common::cache_dir;
+use boxcar_queue::testing::{context, job_run};
 
 /// A sandbox of its own (own scratch root) in `mode`; `None` when tmpfs
 /// cannot be mounted here and this is not CI.
@@ -67,10 +68,10 @@ async fn attack(mode: ScratchMode, name: &str, payload: serde_json::Value) -> Op
     let handler = sandbox
         .load(&bytes, HandlerLimits::default(), caps())
         .expect("the attack guest loads");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let outcome = handler
         .run(
-            job(
+            job_run(
                 "scratch-attack",
                 &payload.to_string(),
                 Duration::from_secs(60),
@@ -91,10 +92,10 @@ async fn attack(mode: ScratchMode, name: &str, payload: serde_json::Value) -> Op
             caps(),
         )
         .expect("echo loads");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let after = echo
         .run(
-            job("echo", r#"{"still":"here"}"#, Duration::from_secs(10)),
+            job_run("echo", r#"{"still":"here"}"#, Duration::from_secs(10)),
             ctx,
         )
         .await;
@@ -196,10 +197,10 @@ async fn an_abandoned_run_still_removes_its_scratch() {
             { "op": "fill", "path": "/tmp/f", "bytes": 1 << 20 },
             { "op": "sleep", "ms": 10_000 },
         ]});
-        let (ctx, _) = new_ctx();
+        let (ctx, _) = context();
         let outcome = handler
             .run(
-                job("fs-probe", &payload.to_string(), Duration::from_millis(300)),
+                job_run("fs-probe", &payload.to_string(), Duration::from_millis(300)),
                 ctx,
             )
             .await;

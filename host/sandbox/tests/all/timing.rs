@@ -4,16 +4,17 @@ use std::time::{Duration, Instant};
 
 use boxcar_sandbox::Outcome;
 
-use crate::common::{job, load, new_ctx, CPU};
+use crate::common::{load, CPU};
+use boxcar_queue::testing::{context, job_run};
 
 #[tokio::test]
 async fn spin_times_out_at_100ms_within_50ms() {
     let _cpu = CPU.lock().await;
     let spin = load("spin");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let started = Instant::now();
     let outcome = spin
-        .run(job("spin", "{}", Duration::from_millis(100)), ctx)
+        .run(job_run("spin", "{}", Duration::from_millis(100)), ctx)
         .await;
     let took = started.elapsed();
     assert_eq!(outcome, Outcome::TimedOut);
@@ -25,7 +26,7 @@ async fn spin_times_out_at_100ms_within_50ms() {
 async fn spin_cancelled_after_50ms_stops_within_50ms() {
     let _cpu = CPU.lock().await;
     let spin = load("spin");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let cancel = ctx.cancel.clone();
     let canceller = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -33,7 +34,7 @@ async fn spin_cancelled_after_50ms_stops_within_50ms() {
         Instant::now()
     });
     let outcome = spin
-        .run(job("spin", "{}", Duration::from_secs(10)), ctx)
+        .run(job_run("spin", "{}", Duration::from_secs(10)), ctx)
         .await;
     let ended = Instant::now();
     let cancelled_at = canceller.await.expect("canceller ran");
@@ -53,20 +54,20 @@ async fn echo_completes_promptly_while_two_spins_run() {
     let mut spins = Vec::new();
     let mut cancels = Vec::new();
     for _ in 0..2 {
-        let (ctx, _) = new_ctx();
+        let (ctx, _) = context();
         cancels.push(ctx.cancel.clone());
         let spin = spin.clone();
         spins.push(tokio::spawn(async move {
-            spin.run(job("spin", "{}", Duration::from_secs(10)), ctx)
+            spin.run(job_run("spin", "{}", Duration::from_secs(10)), ctx)
                 .await
         }));
     }
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let started = Instant::now();
     let outcome = echo
         .run(
-            job("echo", r#"{"hello":"world"}"#, Duration::from_secs(5)),
+            job_run("echo", r#"{"hello":"world"}"#, Duration::from_secs(5)),
             ctx,
         )
         .await;
@@ -89,7 +90,7 @@ async fn echo_completes_promptly_while_two_spins_run() {
 #[tokio::test]
 async fn cooperative_sleep_sees_cancelled_and_ends_cancelled() {
     let handler = load("cooperative-sleep");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let cancel = ctx.cancel.clone();
     tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -98,7 +99,7 @@ async fn cooperative_sleep_sees_cancelled_and_ends_cancelled() {
     let started = Instant::now();
     let outcome = handler
         .run(
-            job(
+            job_run(
                 "cooperative-sleep",
                 r#"{"ms": 5000}"#,
                 Duration::from_secs(10),
@@ -113,11 +114,11 @@ async fn cooperative_sleep_sees_cancelled_and_ends_cancelled() {
 #[tokio::test]
 async fn sleep_inside_a_host_call_is_stopped_at_the_deadline() {
     let handler = load("sleep");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let started = Instant::now();
     let outcome = handler
         .run(
-            job("sleep", r#"{"ms": 5000}"#, Duration::from_millis(100)),
+            job_run("sleep", r#"{"ms": 5000}"#, Duration::from_millis(100)),
             ctx,
         )
         .await;
@@ -132,9 +133,12 @@ async fn sleep_inside_a_host_call_is_stopped_at_the_deadline() {
 #[tokio::test]
 async fn sleep_finishes_when_given_time() {
     let handler = load("sleep");
-    let (ctx, _) = new_ctx();
+    let (ctx, _) = context();
     let outcome = handler
-        .run(job("sleep", r#"{"ms": 20}"#, Duration::from_secs(5)), ctx)
+        .run(
+            job_run("sleep", r#"{"ms": 20}"#, Duration::from_secs(5)),
+            ctx,
+        )
         .await;
     assert_eq!(
         outcome,
@@ -147,8 +151,8 @@ async fn sleep_finishes_when_given_time() {
 #[tokio::test]
 async fn past_deadline_times_out_without_running() {
     let echo = load("echo");
-    let (ctx, _) = new_ctx();
-    let mut j = job("echo", "{}", Duration::from_secs(1));
+    let (ctx, _) = context();
+    let mut j = job_run("echo", "{}", Duration::from_secs(1));
     j.deadline = chrono::Utc::now() - chrono::Duration::seconds(1);
     assert_eq!(echo.run(j, ctx).await, Outcome::TimedOut);
 }

@@ -32,10 +32,8 @@ async fn retry_failed_and_prune(fx: &Fixture) {
             .await
             .unwrap();
     }
-    let page = JobFilter {
-        limit: Some(2),
-        ..JobFilter::default()
-    };
+    let mut page = JobFilter::default();
+    page.limit = Some(2);
     assert_eq!(
         q.retry_failed(&page).await.unwrap(),
         2,
@@ -220,13 +218,9 @@ async fn flows(fx: &Fixture) {
     assert_eq!(c.claimed.len(), 1, "claimable once every child is terminal");
     let p2 = q.add_flow(job("parent"), vec![job("child")]).await.unwrap();
     q.cancel(&p2, "stop").await.unwrap();
-    let kids = q
-        .find(&JobFilter {
-            parent_id: Some(p2),
-            ..JobFilter::default()
-        })
-        .await
-        .unwrap();
+    let mut children = JobFilter::default();
+    children.parent_id = Some(p2);
+    let kids = q.find(&children).await.unwrap();
     assert!(
         kids.iter().all(|k| k.status == JobStatus::Cancelled),
         "cancelling a parent cancels its children"
@@ -245,17 +239,13 @@ async fn inspection(fx: &Fixture) {
     add(&q, job("y")).await;
     add(&q, job("y")).await;
     assert_eq!(q.find_for_scope(s).await.unwrap().len(), 1);
-    let f = JobFilter {
-        types: vec!["y".into()],
-        statuses: vec![JobStatus::Pending],
-        ..JobFilter::default()
-    };
+    let mut f = JobFilter::default();
+    f.types = vec!["y".into()];
+    f.statuses = vec![JobStatus::Pending];
     assert_eq!(q.find(&f).await.unwrap().len(), 2);
-    let f = JobFilter {
-        limit: Some(1),
-        offset: Some(1),
-        ..JobFilter::default()
-    };
+    let mut f = JobFilter::default();
+    f.limit = Some(1);
+    f.offset = Some(1);
     assert_eq!(q.find(&f).await.unwrap().len(), 1);
     assert_eq!(q.count_by_status().await.unwrap().pending, 3);
     q.record_handler_event(

@@ -90,9 +90,10 @@ async fn types(fx: &Fixture) {
     let q = fx.queue();
     add(&q, job("import")).await;
     add(&q, job("hydrate")).await;
-    let nwr = |other: &str| ClaimGuards {
-        not_while_running: vec![other.into()],
-        ..ClaimGuards::default()
+    let nwr = |other: &str| {
+        let mut guards = ClaimGuards::default();
+        guards.not_while_running = vec![other.into()];
+        guards
     };
     let c = fx
         .store
@@ -115,10 +116,8 @@ async fn types(fx: &Fixture) {
             types: vec!["import".into()]
         })
     );
-    let waits = ClaimGuards {
-        waits_for: vec!["ingest".into()],
-        ..ClaimGuards::default()
-    };
+    let mut waits = ClaimGuards::default();
+    waits.waits_for = vec!["ingest".into()];
     add(&q, job("rollup")).await;
     add(&q, job("ingest").delay(Duration::from_secs(3600))).await;
     let c = fx
@@ -153,9 +152,10 @@ async fn pools(fx: &Fixture) {
         cost,
         rate_cost: if t == "big" { 2 } else { 1 },
     };
-    let g = |t: &str, cost| ClaimGuards {
-        pools: vec![pool(t, cost)],
-        ..ClaimGuards::default()
+    let g = |t: &str, cost| {
+        let mut guards = ClaimGuards::default();
+        guards.pools = vec![pool(t, cost)];
+        guards
     };
     for _ in 0..3 {
         add(&q, job("big")).await;
@@ -176,11 +176,7 @@ async fn pools(fx: &Fixture) {
     assert_eq!(c.blocked_by, Some(Blocker::PoolFull { pool: "api".into() }));
     let q2 = fx.queue();
     let big: Vec<String> = q2
-        .find(&JobFilter {
-            types: vec!["big".into()],
-            statuses: vec![JobStatus::Running],
-            ..JobFilter::default()
-        })
+        .find(&running_big())
         .await
         .unwrap()
         .into_iter()
@@ -289,14 +285,7 @@ async fn pool_status(fx: &Fixture) {
             && resets <= after + chrono::Duration::seconds(60),
         "the window resets a minute after its first start: {before} .. {resets} .. {after}"
     );
-    let big = q
-        .find(&JobFilter {
-            types: vec!["big".into()],
-            statuses: vec![JobStatus::Running],
-            ..JobFilter::default()
-        })
-        .await
-        .unwrap();
+    let big = q.find(&running_big()).await.unwrap();
     q.cancel(&big[0].id, "free a slot").await.unwrap();
     let st = q.pool_status(&[api]).await.unwrap();
     assert_eq!(st[0].occupied, 2, "the cancelled job holds no slot");
@@ -365,3 +354,11 @@ async fn blocked_by(fx: &Fixture) {
 }
 
 backends!(scope, types, pools, pool_status, blocked_by);
+
+/// The running jobs of type `big`.
+fn running_big() -> JobFilter {
+    let mut filter = JobFilter::default();
+    filter.types = vec!["big".into()];
+    filter.statuses = vec![JobStatus::Running];
+    filter
+}

@@ -50,8 +50,7 @@ fn job(t: &str) -> NewJob {
 }
 
 fn live_scope_guard() -> ClaimGuards {
-    ClaimGuards {
-        serialize_by_scope: true,
-        ..ClaimGuards::default()
-    }
+    let mut guards = ClaimGuards::default();
+    guards.serialize_by_scope = true;
+    guards
 }
