@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    counter, fresh_type, rust_backtrace, settings, wait_done, worker_opts, BenchConfig,
-    BenchError, BenchResult,
+    counter, fresh_type, rust_backtrace, settings, wait_done, worker_opts, BenchConfig, BenchError,
+    BenchResult,
 };
 use crate::handler::Handler;
 use crate::job::NewJob;
@@ -150,6 +150,9 @@ mod tests {
         }
         std::hint::black_box(x);
         let after = process_cpu_time().expect("readable twice");
-        assert!(after >= before + std::time::Duration::from_millis(50), "{before:?} -> {after:?}");
+        assert!(
+            after >= before + std::time::Duration::from_millis(50),
+            "{before:?} -> {after:?}"
+        );
     }
 }
