@@ -76,7 +76,7 @@ async fn drain_among(
     let registry = Registry::new();
     registry.register(&busy, handler.clone(), settings(cfg.drain_concurrency))?;
     for i in 1..types {
-        registry.register(&format!("{busy}.idle{i}"), handler.clone(), settings(1))?;
+        registry.register(format!("{busy}.idle{i}"), handler.clone(), settings(1))?;
     }
     let done = counter(&queue);
     let t = Instant::now();
