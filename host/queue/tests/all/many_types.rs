@@ -2,7 +2,8 @@
 //! poll and claims for no type; an enqueue claims for its type alone; a
 //! type whose claim filled its batch stays due until drained, without
 //! waiting for a poll; a scheduled job of an idle type is claimed when it
-//! becomes due, not at the next poll. Store calls are counted from the
+//! becomes due, not at the next poll; a flow parent is claimed when its
+//! children's outcomes land. Store calls are counted from the
 //! tracing decorator's spans, so each check runs on a current-thread
 //! runtime with a thread-local subscriber.
 
@@ -74,7 +75,7 @@ fn start(q: &Queue, poll: Duration, concurrency: u32) -> WorkerHandle {
     for i in 0..TYPES {
         let mut s = HandlerSettings::default();
         s.concurrency = concurrency;
-        reg.register(&format!("t{i}"), Arc::new(NoopHandler), s)
+        reg.register(format!("t{i}"), Arc::new(NoopHandler), s)
             .unwrap();
     }
     let mut opts = WorkerOptions::default();
@@ -162,6 +163,22 @@ async fn scheduled_job_is_claimed_when_due(fx: Fixture, _calls: Calls) {
     fx.finish().await;
 }
 
+async fn parent_is_claimed_when_its_children_land(fx: Fixture, _calls: Calls) {
+    let q = fx.queue();
+    let w = start(&q, Duration::from_secs(30), 1);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let parent = q
+        .add_flow(job("t1"), vec![job("t2"), job("t3")])
+        .await
+        .unwrap();
+    assert!(
+        succeeded(&q, &parent, Duration::from_secs(5)).await,
+        "a flow parent is claimed once its children landed, not at the next poll"
+    );
+    w.shutdown().await;
+    fx.finish().await;
+}
+
 macro_rules! each_backend {
     ($($check:ident),+ $(,)?) => {$(
         mod $check {
@@ -189,4 +206,5 @@ each_backend!(
     enqueue_claims_its_type_alone,
     full_batches_drain_without_polls,
     scheduled_job_is_claimed_when_due,
+    parent_is_claimed_when_its_children_land,
 );
