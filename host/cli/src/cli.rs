@@ -263,7 +263,10 @@ pub enum Workload {
     Drain,
     /// Idle worker; jobs enqueued one at a time; pickup latency.
     Latency,
-    /// Both.
+    /// One busy type drains with `--types` types registered, against the
+    /// busy type alone; then the idle host's CPU use with all of them.
+    Types,
+    /// Drain and latency.
     All,
 }
 
@@ -291,4 +294,10 @@ pub struct BenchArgs {
     /// Handler to run.
     #[arg(long, value_enum, default_value_t = BenchHandler::Wasm)]
     pub handler: BenchHandler,
+    /// Job types registered in the `types` workload (the busy one included).
+    #[arg(long, default_value_t = 500)]
+    pub types: usize,
+    /// Seconds the `types` workload measures the idle host's CPU use.
+    #[arg(long, default_value_t = 5)]
+    pub idle_secs: u64,
 }

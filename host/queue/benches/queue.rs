@@ -5,13 +5,14 @@
 //! Postgres a third run, `latency-notify`, enqueues through a separate
 //! connection pool so the worker is woken by LISTEN/NOTIFY alone.
 //! `BOXCAR_BENCH_GUARDED=1` adds `drain-guarded` (100 scopes with
-//! `serialize_by_scope`, all jobs in one pool).
+//! `serialize_by_scope`, all jobs in one pool). `BOXCAR_BENCH_TYPES=N`
+//! adds `types` (one busy type drains with N types registered).
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 
 use boxcar_queue::bench::{
-    drain, drain_guarded, latency, latency_notify, BenchConfig, NoopHandler,
+    drain, drain_guarded, latency, latency_notify, types, BenchConfig, NoopHandler, TypesConfig,
 };
 use boxcar_queue::store::postgres::PostgresStore;
 use boxcar_queue::store::sqlite::SqliteStore;
@@ -27,6 +28,19 @@ async fn run(store: Arc<dyn JobStore>, producer: Option<Arc<dyn JobStore>>, cfg:
         match drain_guarded(store.clone(), h.clone(), cfg).await {
             Ok(r) => println!("{}", r.to_json_line()),
             Err(e) => eprintln!("drain-guarded on {} failed: {e}", store.backend()),
+        }
+    }
+    if let Some(n) = std::env::var("BOXCAR_BENCH_TYPES")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let t = TypesConfig {
+            types: n,
+            ..TypesConfig::default()
+        };
+        match types(store.clone(), h.clone(), cfg, &t).await {
+            Ok(r) => println!("{}", r.to_json_line()),
+            Err(e) => eprintln!("types on {} failed: {e}", store.backend()),
         }
     }
     match latency(store.clone(), h.clone(), cfg).await {

@@ -2,7 +2,10 @@
 //! `cargo bench`, the WASM no-op in `boxcar bench`). Each run prints one
 //! JSON line with the keys `system, store, workload, n, c,
 //! enqueue_batch_per_s, enqueue_single_per_s, work_per_s, p50_ms, p95_ms,
-//! p99_ms` (a figure a workload does not measure is `null`).
+//! p99_ms, rust_backtrace` (a figure a workload does not measure is
+//! `null`; `rust_backtrace` is the variable's value, `null` when unset,
+//! since a set variable can cost the host); the `types` workload adds
+//! `types, work_per_s_1_type, idle_cpu_pct`.
 //!
 //! - **drain**: enqueue `drain_jobs` in batches of `batch_size` and
 //!   `single_jobs` one by one, then one worker at concurrency `drain_concurrency`
@@ -12,6 +15,10 @@
 //!   latency: handler start − the moment `add` returned (the job's row is
 //!   committed then). The enqueue's own commit time is the single-enqueue
 //!   rate, reported separately.
+//!
+//! - **types** ([`types`]): one busy type drains while many idle types are
+//!   registered, against the same drain with the busy type alone; then the
+//!   host's CPU use while idle with all those types.
 //!
 //! Each run uses a fresh job type, so earlier rows in the store do not
 //! interfere.
@@ -34,6 +41,9 @@ use crate::options::{QueueOptions, WorkerOptions};
 use crate::queue::{Queue, QueueError};
 use crate::registry::{HandlerSettings, Registry, RegistryError};
 use crate::store::{JobStore, StoreError};
+
+mod types;
+pub use types::{types, TypesConfig};
 
 /// Workload sizes (defaults: 20,000 drained, 2,000 single enqueues,
 /// batches of 1,000, 500 latency jobs).
@@ -100,6 +110,23 @@ pub struct BenchResult {
     pub p95_ms: Option<f64>,
     /// 99th percentile.
     pub p99_ms: Option<f64>,
+    /// The `RUST_BACKTRACE` environment variable of the run (`null`: unset).
+    pub rust_backtrace: Option<String>,
+    /// `types` workload: job types registered while one of them drains.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub types: Option<usize>,
+    /// `types` workload: the same drain with only the busy type registered.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_per_s_1_type: Option<f64>,
+    /// `types` workload: the host's CPU use while idle with `types` types
+    /// registered, in percent of one core.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idle_cpu_pct: Option<f64>,
+}
+
+/// `RUST_BACKTRACE` as this process sees it.
+fn rust_backtrace() -> Option<String> {
+    std::env::var("RUST_BACKTRACE").ok()
 }
 
 impl BenchResult {
@@ -340,6 +367,10 @@ async fn drain_with(
         p50_ms: None,
         p95_ms: None,
         p99_ms: None,
+        rust_backtrace: rust_backtrace(),
+        types: None,
+        work_per_s_1_type: None,
+        idle_cpu_pct: None,
     })
 }
 
@@ -430,5 +461,9 @@ async fn latency_with_producer(
         p50_ms: percentile(&lat, 0.50),
         p95_ms: percentile(&lat, 0.95),
         p99_ms: percentile(&lat, 0.99),
+        rust_backtrace: rust_backtrace(),
+        types: None,
+        work_per_s_1_type: None,
+        idle_cpu_pct: None,
     })
 }

@@ -59,6 +59,18 @@ struct Inner {
     observers: ObserverHub,
     inflight: InFlight,
     wake: Notify,
+    woken: parking_lot::Mutex<Woken>,
+}
+
+/// What the dispatcher was woken for since it last looked: the job types
+/// enqueued in this process, or `any` when work of any type may have
+/// become due (e.g. failed jobs retried).
+#[derive(Debug, Default)]
+pub(crate) struct Woken {
+    /// Any type may have due work: ask the store.
+    pub(crate) any: bool,
+    /// Types that got jobs.
+    pub(crate) types: std::collections::HashSet<String>,
 }
 
 /// The queue facade. See the module docs.
@@ -82,6 +94,7 @@ impl Queue {
                 observers: ObserverHub::default(),
                 inflight: InFlight::default(),
                 wake: Notify::new(),
+                woken: parking_lot::Mutex::new(Woken::default()),
             }),
         })
     }
@@ -125,9 +138,30 @@ impl Queue {
         &self.inner.wake
     }
 
-    /// Wakes this process's dispatcher (done by every local enqueue).
+    /// Wakes this process's dispatcher to look for due jobs of any type.
     pub fn wake(&self) {
+        self.inner.woken.lock().any = true;
         self.inner.wake.notify_one();
+    }
+
+    /// Wakes this process's dispatcher for jobs of these types (done by
+    /// every local enqueue), so it claims for them without asking the store
+    /// which types are due.
+    pub(crate) fn wake_types<'a>(&self, types: impl IntoIterator<Item = &'a str>) {
+        {
+            let mut w = self.inner.woken.lock();
+            for t in types {
+                if !w.types.contains(t) {
+                    w.types.insert(t.to_string());
+                }
+            }
+        }
+        self.inner.wake.notify_one();
+    }
+
+    /// What the dispatcher was woken for since the last call.
+    pub(crate) fn take_woken(&self) -> Woken {
+        std::mem::take(&mut *self.inner.woken.lock())
     }
 
     /// Validates a new job and resolves what this process knows of its
@@ -224,7 +258,7 @@ impl Queue {
             .add_many(prepared.clone())
             .await
             .map_err(|e| Self::map_parent(e, &prepared))?;
-        self.wake();
+        self.wake_types(prepared.iter().map(|j| j.job_type.as_str()));
         Ok(out)
     }
 
@@ -251,7 +285,7 @@ impl Queue {
             .add_many(all.clone())
             .await
             .map_err(|e| Self::map_parent(e, &all))?;
-        self.wake();
+        self.wake_types(all.iter().map(|j| j.job_type.as_str()));
         Ok(parent_id)
     }
 

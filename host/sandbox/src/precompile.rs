@@ -89,9 +89,16 @@ impl CodegenSettings {
 }
 
 /// The wasmtime configuration every engine of boxcar starts from.
+///
+/// Component-model concurrency (the async ABI, `run_concurrent`) is off:
+/// handlers are synchronous WIT exports called with `call_async`, and with
+/// it on every store's drop disposes the concurrency worker fiber by
+/// resuming it with a "future dropped" error, which captures a backtrace
+/// whenever `RUST_BACKTRACE` is set: a cost on every job's success path.
 pub(crate) fn engine_config(settings: &CodegenSettings) -> wasmtime::Config {
     let mut wc = wasmtime::Config::new();
     wc.wasm_component_model(true)
+        .concurrency_support(false)
         .epoch_interruption(settings.epoch_interruption)
         .consume_fuel(settings.fuel)
         .max_wasm_stack(settings.max_wasm_stack)
@@ -117,8 +124,17 @@ pub fn precompile(settings: &CodegenSettings, wasm: &[u8]) -> Result<Vec<u8>, Sa
 
 #[cfg(test)]
 mod tests {
-    use super::CodegenSettings;
+    use super::{engine_config, CodegenSettings};
     use crate::SandboxConfig;
+
+    #[tokio::test]
+    async fn engines_run_without_component_model_concurrency() {
+        let settings = SandboxConfig::default().codegen();
+        let engine = wasmtime::Engine::new(&engine_config(&settings)).expect("engine");
+        let mut store = wasmtime::Store::new(&engine, ());
+        let refused = store.run_concurrent(async |_| ()).await;
+        assert!(refused.is_err(), "concurrency support must be off");
+    }
 
     #[test]
     fn settings_round_trip_and_bad_forms_are_refused() {

@@ -1,11 +1,12 @@
 //! `boxcar bench`: the queue benchmarks through the real dispatcher against
 //! `--db`, with the bundled no-op WASM component (default) or a native no-op.
-//! Prints one JSON line per workload.
+//! Prints one JSON line per workload, each saying whether `RUST_BACKTRACE`
+//! was set.
 
 use std::sync::Arc;
 
 use boxcar_queue::{
-    bench::{self, BenchConfig, NoopHandler},
+    bench::{self, BenchConfig, NoopHandler, TypesConfig},
     connect, Handler,
 };
 use boxcar_sandbox::Sandbox;
@@ -18,8 +19,8 @@ use crate::{
 };
 
 pub async fn run(context: Context, args: BenchArgs) -> anyhow::Result<()> {
-    if args.jobs == 0 || args.concurrency == 0 {
-        return Err(usage("--jobs and --concurrency must be positive"));
+    if args.jobs == 0 || args.concurrency == 0 || args.types == 0 {
+        return Err(usage("--jobs, --concurrency and --types must be positive"));
     }
     let store = connect(&context.db).await?;
     let (handler, system): (Arc<dyn Handler>, &str) = match args.handler {
@@ -50,6 +51,14 @@ pub async fn run(context: Context, args: BenchArgs) -> anyhow::Result<()> {
     }
     if matches!(args.workload, Workload::Latency | Workload::All) {
         let result = bench::latency(store.clone(), handler.clone(), &config).await?;
+        println!("{}", result.to_json_line());
+    }
+    if args.workload == Workload::Types {
+        let types = TypesConfig {
+            types: args.types,
+            idle: std::time::Duration::from_secs(args.idle_secs),
+        };
+        let result = bench::types(store.clone(), handler.clone(), &config, &types).await?;
         println!("{}", result.to_json_line());
     }
     Ok(())

@@ -33,6 +33,8 @@ pub(crate) struct Done {
     pub scope: Option<Scope>,
     pub attempts: u32,
     pub duration: Duration,
+    /// A flow child: its parent may become claimable once this lands.
+    pub has_parent: bool,
 }
 
 /// Transient failures of one `complete` round trip are retried this often.
@@ -86,6 +88,15 @@ pub(super) async fn write(engine: &Engine, batch: Vec<Done>) {
     // only now shows them finished. One more round for the whole batch, so
     // a type that found its pool full asks again now.
     engine.slot_freed.notify_one();
+    let applied_set: std::collections::HashSet<&str> = applied.iter().map(String::as_str).collect();
+    if batch
+        .iter()
+        .any(|d| d.has_parent && applied_set.contains(d.id.as_str()))
+    {
+        // A parent's type is not in the dispatcher's due-set while its
+        // children run: ask the store which types are due.
+        engine.queue.wake();
+    }
     report(engine, batch, &applied);
 }
 

@@ -1,19 +1,28 @@
-//! The dispatcher: one loop per process that claims due jobs for every
-//! registered type up to each type's free concurrency, and spawns a run per
-//! claimed job.
+//! The dispatcher: one loop per process that claims due jobs for the
+//! registered types that may have due work (the [`DueSet`]) up to each
+//! type's free concurrency, and spawns a run per claimed job.
+//!
+//! Unguarded types are claimed together, in one store call for all of
+//! them (`JobStore::claim_many`); guarded types claim one by one through
+//! the guard policy. So a round costs O(1) statements however many types
+//! are registered, and an idle host asks the store one question per poll.
 //!
 //! Fairness: each round asks the types in least-recently-served order (the
 //! type that has gone longest without claiming a job asks first; ties in a
-//! rotating order). A type stopped because its pool is full reserves that
-//! pool for the rest of the round: the pool's other members do not claim
-//! until the next round, when the waiting type asks first again. So a type
-//! sharing a pool with a busier one (or needing more slots per job) gets the
-//! next freed capacity on this host, however the wake-ups interleave.
+//! rotating order). A guarded type stopped because its pool is full
+//! reserves that pool for the rest of the round: the pool's other members
+//! do not claim until the next round, when the waiting type asks first
+//! again. So a type sharing a pool with a busier one (or needing more slots
+//! per job) gets the next freed capacity on this host, however the
+//! wake-ups interleave. Unguarded types share nothing but the store, and
+//! each takes at most its own free slots.
 //!
-//! It sleeps until one of: a local enqueue (`Queue::wake`), a store insert
-//! notification (LISTEN/NOTIFY on Postgres), a freed slot, or the poll
-//! interval. A type blocked by a guard for `starvation_polls` consecutive
-//! polls logs a warning naming the blocker, at most once a minute.
+//! It sleeps until one of: a local enqueue (`Queue::wake_types`), a store
+//! insert notification (LISTEN/NOTIFY on Postgres, naming the type), a
+//! freed slot, the poll interval (ask the store which types are due), or
+//! the moment the earliest scheduled job of an idle type becomes due. A
+//! type blocked by a guard for `starvation_polls` consecutive polls logs a
+//! warning naming the blocker, at most once a minute.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -23,11 +32,13 @@ use tokio::sync::broadcast::error::RecvError;
 // tokio's clock, so a paused-time test can cover the once-a-minute repeat.
 use tokio::time::Instant;
 
+use super::due_set::DueSet;
 use super::{run, Engine};
 use crate::guards::Blocker;
+use crate::job::Job;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
-use crate::registry::HandlerSettings;
-use crate::store::{ClaimParams, StoreEvent};
+use crate::registry::{HandlerEntry, HandlerSettings};
+use crate::store::{ClaimManyParams, ClaimParams, StoreEvent, TypeClaim};
 
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -59,7 +70,6 @@ impl Rounds {
     }
 }
 
-/// Claims once for every type; returns whether the store failed.
 /// The lease a claim asks for: the handler's `lease_duration`, else its
 /// timeout plus the worker's lease grace (saturating: both are bounded where
 /// they are set, but a sum never panics the dispatcher).
@@ -69,16 +79,142 @@ fn lease_for(settings: &HandlerSettings, lease_grace: Duration) -> Duration {
         .unwrap_or_else(|| settings.timeout.saturating_add(lease_grace))
 }
 
-async fn claim_round(engine: &Arc<Engine>, rounds: &mut Rounds) -> bool {
+/// Fails expired jobs' lifecycle events (and wakes the dispatcher: a flow
+/// parent may have become claimable).
+fn report_expired(engine: &Arc<Engine>, expired: Vec<Job>) {
+    if !expired.is_empty() {
+        engine.queue.wake();
+    }
+    for job in expired {
+        engine.queue.emit(LifecycleEvent {
+            job_id: job.id,
+            job_type: job.job_type,
+            scope: job.scope,
+            outcome: LifecycleOutcome::Expired,
+            attempts: job.attempts,
+            error: job.last_error,
+            duration: None,
+        });
+    }
+}
+
+/// Records that `job_type` was served this round and spawns its runs.
+fn start_runs(
+    engine: &Arc<Engine>,
+    rounds: &mut Rounds,
+    entry: &Arc<HandlerEntry>,
+    claimed: Vec<Job>,
+) {
+    if claimed.is_empty() {
+        return;
+    }
+    rounds.served.insert(entry.job_type.clone(), rounds.round);
+    engine.take_slots(&entry.job_type, claimed.len() as u32);
+    for job in claimed {
+        let handle = engine.queue.inflight().insert(&job.id);
+        engine
+            .runs
+            .spawn(run::run_job(engine.clone(), entry.clone(), job, handle));
+    }
+}
+
+/// Claims once for one guarded type; returns whether the store failed.
+async fn claim_guarded(
+    engine: &Arc<Engine>,
+    rounds: &mut Rounds,
+    due: &mut DueSet,
+    reserved: &mut HashSet<String>,
+    entry: &Arc<HandlerEntry>,
+    params: ClaimParams,
+) -> bool {
+    let job_type = params.job_type.clone();
+    let asked = params.limit;
+    let res = match engine.store.claim_batch(params).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(job_type = %job_type, error = %e, "claim failed; retrying at the next poll");
+            return true;
+        }
+    };
+    due.claimed(
+        &job_type,
+        asked,
+        res.claimed.len() + res.expired.len(),
+        res.blocked_by.is_some(),
+    );
+    report_expired(engine, res.expired);
+    if res.claimed.is_empty() {
+        if let Some(Blocker::PoolFull { pool }) = &res.blocked_by {
+            reserved.insert(pool.clone());
+        }
+    }
+    let st = rounds.starving.entry(job_type.clone()).or_default();
+    match (&res.blocked_by, res.claimed.is_empty()) {
+        (Some(blocker), true) => {
+            st.polls += 1;
+            let warn_due = st.last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY);
+            if st.polls >= engine.opts.starvation_polls && warn_due {
+                tracing::warn!(job_type = %job_type, polls = st.polls, "job type `{job_type}` is starving: blocked by {blocker}");
+                st.last_warn = Some(Instant::now());
+            }
+        }
+        _ => st.polls = 0,
+    }
+    start_runs(engine, rounds, entry, res.claimed);
+    false
+}
+
+/// Claims for every unguarded type of `batch` in one store call; returns
+/// whether the store failed.
+async fn claim_unguarded(
+    engine: &Arc<Engine>,
+    rounds: &mut Rounds,
+    due: &mut DueSet,
+    batch: Vec<(TypeClaim, Arc<HandlerEntry>)>,
+) -> bool {
+    let params = ClaimManyParams {
+        worker_id: engine.opts.worker_id.clone(),
+        types: batch.iter().map(|(c, _)| c.clone()).collect(),
+    };
+    let res = match engine.store.claim_many(params).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(types = batch.len(), error = %e, "claim failed; retrying at the next poll");
+            return true;
+        }
+    };
+    let mut taken: HashMap<String, usize> = HashMap::new();
+    for job in &res.expired {
+        *taken.entry(job.job_type.clone()).or_default() += 1;
+    }
+    report_expired(engine, res.expired);
+    let mut by_type: HashMap<String, Vec<Job>> = HashMap::new();
+    for job in res.claimed {
+        by_type.entry(job.job_type.clone()).or_default().push(job);
+    }
+    for (claim, entry) in batch {
+        let jobs = by_type.remove(&claim.job_type).unwrap_or_default();
+        let expired = taken.get(&claim.job_type).copied().unwrap_or(0);
+        due.claimed(&claim.job_type, claim.limit, jobs.len() + expired, false);
+        start_runs(engine, rounds, &entry, jobs);
+    }
+    false
+}
+
+/// Claims once for every type of the due-set with free slots; returns
+/// whether the store failed.
+async fn claim_round(engine: &Arc<Engine>, rounds: &mut Rounds, due: &mut DueSet) -> bool {
     rounds.round += 1;
-    let types = rounds.order(engine.registry.types());
+    let types = rounds.order(due.types());
     let mut reserved: HashSet<String> = HashSet::new();
+    let mut unguarded: Vec<(TypeClaim, Arc<HandlerEntry>)> = Vec::new();
     let mut failed = false;
     for job_type in types {
         if engine.stop_claiming.is_cancelled() {
-            break;
+            return failed;
         }
         let Some(entry) = engine.registry.get(&job_type) else {
+            due.forget(&job_type);
             continue;
         };
         let free = entry
@@ -89,85 +225,85 @@ async fn claim_round(engine: &Arc<Engine>, rounds: &mut Rounds) -> bool {
             continue;
         }
         let lease = lease_for(&entry.settings, engine.opts.lease_grace);
+        let guards = engine.registry.guards_for(&job_type);
+        if guards.is_empty() {
+            let claim = TypeClaim {
+                job_type,
+                limit: free,
+                lease,
+                handler_version: Some(entry.version.clone()),
+            };
+            unguarded.push((claim, entry));
+            continue;
+        }
+        if guards.pools.iter().any(|p| reserved.contains(&p.name)) {
+            continue;
+        }
         let params = ClaimParams {
             worker_id: engine.opts.worker_id.clone(),
-            job_type: job_type.clone(),
+            job_type,
             limit: free,
             lease,
             handler_version: Some(entry.version.clone()),
-            guards: engine.registry.guards_for(&job_type),
+            guards,
         };
-        if params
-            .guards
-            .pools
-            .iter()
-            .any(|p| reserved.contains(&p.name))
-        {
-            continue;
-        }
-        let res = match engine.store.claim_batch(params).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::warn!(job_type = %job_type, error = %e, "claim failed; retrying at the next poll");
-                failed = true;
-                continue;
-            }
-        };
-        if !res.expired.is_empty() {
-            engine.queue.wake();
-        }
-        for job in res.expired {
-            engine.queue.emit(LifecycleEvent {
-                job_id: job.id,
-                job_type: job.job_type,
-                scope: job.scope,
-                outcome: LifecycleOutcome::Expired,
-                attempts: job.attempts,
-                error: job.last_error,
-                duration: None,
-            });
-        }
-        if res.claimed.is_empty() {
-            if let Some(Blocker::PoolFull { pool }) = &res.blocked_by {
-                reserved.insert(pool.clone());
-            }
-        }
-        let st = rounds.starving.entry(job_type.clone()).or_default();
-        match (&res.blocked_by, res.claimed.is_empty()) {
-            (Some(blocker), true) => {
-                st.polls += 1;
-                let due = st.last_warn.is_none_or(|t| t.elapsed() >= WARN_EVERY);
-                if st.polls >= engine.opts.starvation_polls && due {
-                    tracing::warn!(job_type = %job_type, polls = st.polls, "job type `{job_type}` is starving: blocked by {blocker}");
-                    st.last_warn = Some(Instant::now());
-                }
-            }
-            _ => st.polls = 0,
-        }
-        if res.claimed.is_empty() {
-            continue;
-        }
-        rounds.served.insert(job_type.clone(), rounds.round);
-        engine.take_slots(&job_type, res.claimed.len() as u32);
-        for job in res.claimed {
-            let handle = engine.queue.inflight().insert(&job.id);
-            engine
-                .runs
-                .spawn(run::run_job(engine.clone(), entry.clone(), job, handle));
-        }
+        failed |= claim_guarded(engine, rounds, due, &mut reserved, &entry, params).await;
+    }
+    if !unguarded.is_empty() && !engine.stop_claiming.is_cancelled() {
+        failed |= claim_unguarded(engine, rounds, due, unguarded).await;
     }
     failed
+}
+
+/// Takes in what local enqueues and generic wakes asked for.
+fn take_woken(engine: &Engine, due: &mut DueSet) {
+    let woken = engine.queue.take_woken();
+    if woken.any {
+        due.ask_store();
+    }
+    for t in woken.types {
+        if engine.registry.get(&t).is_some() {
+            due.inserted(&t);
+        }
+    }
+}
+
+/// Asks the store which registered types are due, when the due-set says
+/// so; returns whether the store failed.
+async fn refresh(engine: &Engine, due: &mut DueSet) -> bool {
+    if !due.needs_refresh(Instant::now()) {
+        return false;
+    }
+    match engine.store.due_types(&engine.registry.types()).await {
+        Ok(answer) => {
+            due.refreshed(answer, Instant::now());
+            false
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "asking which job types are due failed; retrying at the next poll");
+            due.refresh_failed(Instant::now());
+            true
+        }
+    }
 }
 
 pub(crate) async fn run(engine: Arc<Engine>) {
     let mut events = engine.store.subscribe();
     let mut rounds = Rounds::default();
+    let mut due = DueSet::new(engine.opts.poll_interval);
     loop {
         if engine.stop_claiming.is_cancelled() {
             break;
         }
-        let failed = claim_round(&engine, &mut rounds).await;
-        let poll = tokio::time::sleep(engine.opts.poll_interval);
+        take_woken(&engine, &mut due);
+        let mut failed = refresh(&engine, &mut due).await;
+        failed |= claim_round(&engine, &mut rounds, &mut due).await;
+        let wake_at = if failed {
+            Instant::now() + engine.opts.poll_interval
+        } else {
+            due.deadline()
+        };
+        let poll = tokio::time::sleep_until(wake_at);
         tokio::pin!(poll);
         loop {
             tokio::select! {
@@ -176,7 +312,20 @@ pub(crate) async fn run(engine: Arc<Engine>) {
                 () = engine.queue.wake_notify().notified(), if !failed => break,
                 () = engine.slot_freed.notified(), if !failed => break,
                 ev = events.recv(), if !failed => match ev {
-                    Ok(StoreEvent::Inserted(_)) | Err(RecvError::Lagged(_)) => break,
+                    Ok(StoreEvent::Inserted(t)) if t.is_empty() => {
+                        due.ask_store();
+                        break;
+                    }
+                    Ok(StoreEvent::Inserted(t)) => {
+                        if engine.registry.get(&t).is_some() {
+                            due.inserted(&t);
+                            break;
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => {
+                        due.ask_store();
+                        break;
+                    }
                     Ok(StoreEvent::Finished(_)) => continue,
                     Err(RecvError::Closed) => {
                         events = engine.store.subscribe();

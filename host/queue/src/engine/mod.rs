@@ -15,6 +15,7 @@
 mod backoff;
 mod completer;
 mod dispatch;
+mod due_set;
 mod handler_output;
 mod maintenance;
 mod run;

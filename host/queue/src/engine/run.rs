@@ -181,6 +181,7 @@ pub(crate) async fn run_job(
                 scope: job.scope.clone(),
                 attempts: job.attempts,
                 duration,
+                has_parent: job.parent_id.is_some(),
             };
             if engine.completions.send(done).await.is_err() {
                 tracing::error!(job_id = %job.id, "outcome writer stopped; the job is recovered after its lease");
@@ -300,12 +301,18 @@ pub(super) async fn fail(
         details,
     };
     match engine.store.fail(params).await {
-        Ok(true) => engine.queue.emit(run_event(
-            job,
-            LifecycleOutcome::FailedTerminal,
-            Some(message),
-            Some(duration),
-        )),
+        Ok(true) => {
+            if job.parent_id.is_some() {
+                // The parent may be claimable now (see the completer).
+                engine.queue.wake();
+            }
+            engine.queue.emit(run_event(
+                job,
+                LifecycleOutcome::FailedTerminal,
+                Some(message),
+                Some(duration),
+            ));
+        }
         Ok(false) => {
             tracing::warn!(job_id = %job.id, "failure write rejected: the lease was lost or the job was cancelled")
         }

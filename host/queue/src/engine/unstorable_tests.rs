@@ -73,6 +73,7 @@ fn done(job: &Job, result: String) -> Done {
         scope: None,
         attempts: job.attempts,
         duration: Duration::from_millis(1),
+        has_parent: false,
     }
 }
 

@@ -19,6 +19,7 @@
 
 pub mod connect;
 pub mod deployed_types;
+pub mod due;
 pub mod memory;
 pub(crate) mod policy;
 #[cfg(feature = "postgres")]
@@ -41,6 +42,7 @@ use crate::handler::Scope;
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
 use crate::schedule::ScheduleRecord;
 use deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
+pub use due::{ClaimManyParams, DueTypes, TypeClaim};
 use schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 
 /// A store operation failed.
@@ -76,7 +78,8 @@ pub enum StoreError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreEvent {
-    /// Jobs of this type were inserted (wake a dispatcher).
+    /// Jobs of this type were inserted (wake a dispatcher); an empty type
+    /// means jobs of any type may have become due.
     Inserted(String),
     /// A job reached a terminal status (wake a waiter).
     Finished(String),
@@ -355,6 +358,21 @@ pub trait JobStore: Send + Sync + 'static {
     /// # Errors
     /// The database failed; nothing was claimed.
     async fn claim_batch(&self, params: ClaimParams) -> Result<ClaimResult, StoreError>;
+
+    /// Claims due jobs of several unguarded types, each up to its own
+    /// limit, in one statement where the backend allows it; the same order
+    /// and expiry rules as [`JobStore::claim_batch`] within each type.
+    ///
+    /// # Errors
+    /// The database failed; nothing was claimed.
+    async fn claim_many(&self, params: ClaimManyParams) -> Result<ClaimResult, StoreError>;
+
+    /// Of `job_types`, those with a pending job due now, and how long until
+    /// the earliest pending job of the rest is due (one indexed statement).
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn due_types(&self, job_types: &[String]) -> Result<DueTypes, StoreError>;
 
     /// Extends leases still held (running, owned, unexpired); returns the
     /// ids renewed. A missing id means the lease is lost.

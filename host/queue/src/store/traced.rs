@@ -17,6 +17,7 @@ use tokio::sync::broadcast;
 use tracing::{debug_span, Instrument, Span};
 
 use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
+use super::due::{ClaimManyParams, DueTypes};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::{
     CancelParams, CancelledJob, ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob,
@@ -99,6 +100,25 @@ impl JobStore for TracedStore {
             guarded = !params.guards.is_empty(),
         );
         traced(span, self.inner.claim_batch(params)).await
+    }
+
+    async fn claim_many(&self, params: ClaimManyParams) -> Result<ClaimResult, StoreError> {
+        let span = debug_span!(
+            "store.claim_many",
+            backend = self.backend(),
+            worker = %params.worker_id,
+            types = params.types.len(),
+        );
+        traced(span, self.inner.claim_many(params)).await
+    }
+
+    async fn due_types(&self, job_types: &[String]) -> Result<DueTypes, StoreError> {
+        let span = debug_span!(
+            "store.due_types",
+            backend = self.backend(),
+            types = job_types.len(),
+        );
+        traced(span, self.inner.due_types(job_types)).await
     }
 
     async fn renew_leases(&self, params: RenewParams) -> Result<Vec<String>, StoreError> {

@@ -10,6 +10,7 @@ mod conformance;
 mod deployed;
 mod engine;
 mod fairness;
+mod many_types;
 mod migrate;
 mod multiprocess;
 mod schedules;

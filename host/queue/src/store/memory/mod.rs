@@ -25,6 +25,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{broadcast, Mutex};
 
 use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
+use super::due::{ClaimManyParams, DueTypes};
 use super::policy::{guards as guard_policy, rescue as rescue_policy};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::{
@@ -141,6 +142,51 @@ impl JobStore for MemoryStore {
             self.notify(StoreEvent::Finished(job.id.clone()));
         }
         Ok(res)
+    }
+
+    async fn claim_many(&self, p: ClaimManyParams) -> Result<ClaimResult, StoreError> {
+        let mut all = ClaimResult::default();
+        {
+            let mut st = self.state.lock().await;
+            let now = self.clock.now();
+            for t in p.types {
+                let one = ClaimParams {
+                    worker_id: p.worker_id.clone(),
+                    job_type: t.job_type,
+                    limit: t.limit,
+                    lease: t.lease,
+                    handler_version: t.handler_version,
+                    guards: ClaimGuards::default(),
+                };
+                let res = guard_policy::claim(&mut MemTx::new(&mut st, now), &one).await?;
+                all.claimed.extend(res.claimed);
+                all.expired.extend(res.expired);
+            }
+        }
+        for job in &all.expired {
+            self.notify(StoreEvent::Finished(job.id.clone()));
+        }
+        Ok(all)
+    }
+
+    async fn due_types(&self, job_types: &[String]) -> Result<DueTypes, StoreError> {
+        let now = self.clock.now();
+        let st = self.state.lock().await;
+        let mut earliest: HashMap<&str, DateTime<Utc>> = HashMap::new();
+        for j in st.jobs.values() {
+            if j.status == JobStatus::Pending && job_types.contains(&j.job_type) {
+                let e = earliest.entry(j.job_type.as_str()).or_insert(j.run_at);
+                *e = (*e).min(j.run_at);
+            }
+        }
+        Ok(DueTypes::from_waits(earliest.into_iter().map(|(t, at)| {
+            let wait = if at > now {
+                (at - now).num_milliseconds().max(1)
+            } else {
+                0
+            };
+            (t.to_string(), wait)
+        })))
     }
 
     async fn renew_leases(&self, p: RenewParams) -> Result<Vec<String>, StoreError> {

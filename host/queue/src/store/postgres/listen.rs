@@ -2,9 +2,13 @@
 //! `<schema>_jobs_inserted` and `<schema>_jobs_finished` notifications
 //! (sent by triggers) into [`StoreEvent`]s for local subscribers.
 //!
+//! An insert notification carries the inserted job type (one per type and
+//! statement), relayed as `Inserted(type)`; an empty type means "any type".
+//!
 //! Invariant: after a reconnect (notifications may have been missed) the
-//! relay sends one `Inserted` wake-up, so dispatchers poll at once; a
-//! failing listener is retried every second and never ends the task.
+//! relay sends one `Inserted` wake-up for any type, so dispatchers ask
+//! which of their types are due at once; a failing listener is retried
+//! every second and never ends the task.
 
 use std::time::Duration;
 
@@ -35,7 +39,7 @@ pub(super) async fn relay(
                     let ev = if n.channel() == finished {
                         StoreEvent::Finished(n.payload().to_string())
                     } else {
-                        StoreEvent::Inserted(String::new())
+                        StoreEvent::Inserted(n.payload().to_string())
                     };
                     let _ = events.send(ev);
                 }

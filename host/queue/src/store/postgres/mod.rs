@@ -13,11 +13,13 @@
 //!
 //! Modules by concern: `writes` (insert, claim, complete, retry, fail,
 //! release, progress), `admin` (inspect, cancel, retry failed, prune),
-//! `events`, `deployed_types`, `listen` (the LISTEN relay), `schedules`, `tx` (the primitives the shared policies run on:
+//! `events`, `deployed_types`, `due` (which types have due work,
+//! multi-type claims), `listen` (the LISTEN relay), `schedules`, `tx` (the primitives the shared policies run on:
 //! guarded claims, rescue, guard answers) and `rows` (column reads).
 
 mod admin;
 mod deployed_types;
+mod due;
 mod events;
 mod listen;
 mod rows;
@@ -34,6 +36,7 @@ use sqlx::{PgConnection, PgPool};
 use tokio::sync::broadcast;
 
 use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
+use super::due::{ClaimManyParams, DueTypes};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::sql::{sql_job_store, Dialect};
 use super::{

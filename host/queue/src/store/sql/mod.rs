@@ -232,11 +232,11 @@ pub(super) fn event_from_row(r: &impl SqlRow) -> Result<HandlerEvent, StoreError
 }
 
 /// Implements `JobStore` for a SQL store whose concern modules (`writes`,
-/// `admin`, `events`, `schedules`, `tx`, `deployed_types`) provide a function per port
-/// method, named after it and taking the store first — the layout both SQL
-/// backends share. The methods that differ (`backend`, `migrate`, `now`,
-/// `add_many`, `add_in_tx`) are passed in as the macro's body. The call
-/// site imports the port's types.
+/// `admin`, `events`, `schedules`, `tx`, `deployed_types`, `due`) provide a
+/// function per port method, named after it and taking the store first —
+/// the layout both SQL backends share. The methods that differ (`backend`,
+/// `migrate`, `now`, `add_many`, `add_in_tx`) are passed in as the macro's
+/// body. The call site imports the port's types.
 macro_rules! sql_job_store {
     ($store:ty { $($own:tt)* }) => {
         #[async_trait]
@@ -245,6 +245,14 @@ macro_rules! sql_job_store {
 
             async fn claim_batch(&self, p: ClaimParams) -> Result<ClaimResult, StoreError> {
                 writes::claim_batch(self, p).await
+            }
+
+            async fn claim_many(&self, p: ClaimManyParams) -> Result<ClaimResult, StoreError> {
+                due::claim_many(self, p).await
+            }
+
+            async fn due_types(&self, job_types: &[String]) -> Result<DueTypes, StoreError> {
+                due::due_types(self, job_types).await
             }
 
             async fn renew_leases(&self, p: RenewParams) -> Result<Vec<String>, StoreError> {

@@ -14,6 +14,7 @@ use serde_json::json;
 mod admin;
 mod claim;
 mod deployed_types;
+mod due;
 mod enqueue;
 mod guard;
 mod lease;
