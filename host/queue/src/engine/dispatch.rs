@@ -27,7 +27,7 @@ use super::{run, Engine};
 use crate::guards::Blocker;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::registry::HandlerSettings;
-use crate::store::{ClaimParams, StoreEvent};
+use crate::store::{ClaimParams, ClaimRef, StoreEvent};
 
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -150,7 +150,7 @@ async fn claim_round(engine: &Arc<Engine>, rounds: &mut Rounds) -> bool {
         rounds.served.insert(job_type.clone(), rounds.round);
         engine.take_slots(&job_type, res.claimed.len() as u32);
         for job in res.claimed {
-            let handle = engine.queue.inflight().insert(&job.id);
+            let handle = engine.queue.inflight().insert(&ClaimRef::of(&job));
             engine
                 .runs
                 .spawn(run::run_job(engine.clone(), entry.clone(), job, handle));
