@@ -13,4 +13,5 @@ mod fairness;
 mod migrate;
 mod multiprocess;
 mod schedules;
+mod sqlite_pool;
 mod traced;
