@@ -11,6 +11,7 @@ mod deployed;
 mod engine;
 mod fairness;
 mod migrate;
+mod model;
 mod multiprocess;
 mod schedules;
 mod sqlite_pool;
