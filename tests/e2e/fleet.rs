@@ -152,3 +152,98 @@ fn sigterm_stops_claiming_then_releases_unfinished_jobs_after_the_grace() {
     );
     assert_eq!(job["attempts"], 0, "release gives the attempt back: {job}");
 }
+
+/// Starts `serve` with its log on a pipe and sends it SIGTERM the moment
+/// a log line contains `cue`; returns the exit status and the whole log.
+fn terminate_at_cue(env: &Env, cue: &str) -> (std::process::ExitStatus, String) {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let handlers = env.handlers().display().to_string();
+    let mut child = env
+        .command()
+        .args(["serve", "--handlers", &handlers, "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn serve");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut log = String::new();
+    let mut signalled = false;
+    loop {
+        match received.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => {
+                if !signalled && line.contains(cue) {
+                    let _ = std::process::Command::new("kill")
+                        .args(["-TERM", &child.id().to_string()])
+                        .status();
+                    signalled = true;
+                }
+                log.push_str(&line);
+                log.push('\n');
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("serve neither logged {cue:?} nor exited within 60 s:\n{log}");
+            }
+        }
+    }
+    let status = child.wait().expect("wait for serve");
+    assert!(signalled, "serve exited before logging {cue:?}:\n{log}");
+    (status, log)
+}
+
+/// A SIGTERM that arrives while the host starts — while it deploys, or
+/// just as its worker starts claiming — is a graceful shutdown, never the
+/// signal's default action: the process exits 0 and no job is left running
+/// under a lease nobody will renew.
+#[test]
+fn sigterm_at_any_moment_of_the_start_is_a_graceful_shutdown() {
+    let env = Env::sqlite();
+    std::fs::write(
+        env.path("boxcar.toml"),
+        "[worker]\npoll_interval = \"50ms\"\nshutdown_grace = \"200ms\"\nabandon_grace = \"1s\"\n",
+    )
+    .expect("config");
+    std::fs::write(
+        env.path("producer.toml"),
+        "handled_elsewhere = [\"slow\"]\n",
+    )
+    .expect("producer config");
+    env.deploy(
+        "slow",
+        "sleep",
+        "[handler]\njob_type = \"slow\"\ntimeout = \"30s\"\n",
+    );
+    let producer = env.path("producer.toml").display().to_string();
+    let mut ids = Vec::new();
+    for _ in 0..8 {
+        let out = env.ok(&["--config", &producer, "enqueue", "slow", r#"{"ms": 20000}"#]);
+        ids.push(out.trim().to_string());
+    }
+    let first_line = "";
+    for cue in [first_line, "boxcar host started"] {
+        let (status, log) = terminate_at_cue(&env, cue);
+        assert!(
+            status.success(),
+            "SIGTERM at {cue:?}: a graceful exit, not the signal's default action: {status}\n{log}"
+        );
+        for id in &ids {
+            let job = env.json(&["job", id]);
+            assert_eq!(
+                job["status"], "pending",
+                "SIGTERM at {cue:?}: the job is released, not left running: {job}\n{log}"
+            );
+        }
+    }
+}

@@ -1,14 +1,19 @@
 //! Runs in flight in this process, so a cancel issued here aborts them at
 //! once and the reconcile pass can find runs whose rows are no longer ours.
 //!
-//! Invariant: the first abort reason wins; a run's cancellation token fires
-//! exactly when a reason is recorded.
+//! Invariants: the first abort reason wins; a run's cancellation token fires
+//! exactly when a reason is recorded. A run is known by its claim (job id
+//! and attempt): when this worker claims a job again while an older run of
+//! it is still winding down, the newer claim replaces the entry, and the
+//! older run's exit does not remove it.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
+
+use crate::store::ClaimRef;
 
 /// Why the engine stopped a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,32 +58,47 @@ impl RunHandle {
     }
 }
 
-/// Map of job id → run handle for this process.
+/// Map of job id → (the run's attempt, its handle) for this process.
 #[derive(Clone, Default)]
-pub struct InFlight(Arc<Mutex<HashMap<String, RunHandle>>>);
+pub struct InFlight(Arc<Mutex<HashMap<String, (u32, RunHandle)>>>);
 
 impl InFlight {
-    /// Registers a run and returns its handle.
-    pub fn insert(&self, id: &str) -> RunHandle {
+    /// Registers the run of `claim` and returns its handle.
+    pub fn insert(&self, claim: &ClaimRef) -> RunHandle {
         let h = RunHandle::new();
-        self.0.lock().insert(id.to_string(), h.clone());
+        self.0
+            .lock()
+            .insert(claim.id.clone(), (claim.attempt, h.clone()));
         h
     }
 
-    /// Forgets a run.
-    pub fn remove(&self, id: &str) {
-        self.0.lock().remove(id);
+    /// Forgets the run of `claim` (not a newer claim's run of the job).
+    pub fn remove(&self, claim: &ClaimRef) {
+        let mut runs = self.0.lock();
+        if runs
+            .get(&claim.id)
+            .is_some_and(|(a, _)| *a == claim.attempt)
+        {
+            runs.remove(&claim.id);
+        }
     }
 
-    /// Aborts one run if it is here.
+    /// Aborts the job's run if it is here.
     pub fn abort(&self, id: &str, reason: AbortReason) -> bool {
-        let h = self.0.lock().get(id).cloned();
+        let h = self.0.lock().get(id).map(|(_, h)| h.clone());
         h.map(|h| h.abort(reason)).is_some()
     }
 
-    /// Ids of runs in flight.
-    pub fn ids(&self) -> Vec<String> {
-        self.0.lock().keys().cloned().collect()
+    /// The claims of the runs in flight.
+    pub fn claims(&self) -> Vec<ClaimRef> {
+        self.0
+            .lock()
+            .iter()
+            .map(|(id, (attempt, _))| ClaimRef {
+                id: id.clone(),
+                attempt: *attempt,
+            })
+            .collect()
     }
 
     /// Number of runs in flight.
@@ -88,7 +108,7 @@ impl InFlight {
 
     /// Aborts every run.
     pub fn abort_all(&self, reason: AbortReason) {
-        let all: Vec<RunHandle> = self.0.lock().values().cloned().collect();
+        let all: Vec<RunHandle> = self.0.lock().values().map(|(_, h)| h.clone()).collect();
         for h in all {
             h.abort(reason);
         }

@@ -66,6 +66,7 @@ async fn failed_job(queue: &Queue) -> String {
             .store()
             .fail(boxcar_queue::store::FailParams {
                 worker_id: "w".into(),
+                attempt: job.attempts,
                 id: job.id,
                 error: "boom".into(),
                 code: None,

@@ -8,8 +8,16 @@
 //! learns from the store which types some live host serves.
 //! Stops gracefully on Ctrl-C or SIGTERM: no new claims, in-flight jobs get
 //! `shutdown_grace`, then are aborted and their leases released.
+//!
+//! Invariants: the signal handlers are installed before anything else, so
+//! a signal never meets its default action (which would leave claimed jobs
+//! running until their leases expire): one that arrives while the host
+//! prepares stops it before its first claim, one that arrives later starts
+//! the graceful shutdown. Everything that can fail at start (deploys,
+//! schedules, the API's listener) runs before the worker claims its first
+//! job, so a failed start leaves no job claimed.
 
-use std::{net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, path::PathBuf, sync::Arc};
 
 use boxcar_queue::{deployed::HEARTBEAT_INTERVAL, open_store, Queue, Registry, Scheduler, Worker};
 use boxcar_sandbox::Sandbox;
@@ -20,12 +28,94 @@ use crate::error::usage;
 use crate::{
     api::{self, AppState, Metrics},
     cli::ServeArgs,
-    config::DEFAULT_LISTEN,
+    config::{Config, DEFAULT_LISTEN},
     deploy::{compile::CompileBudget, Deployer},
     sandbox_glue,
 };
 
+/// A host ready to claim: everything that can fail at start is done.
+struct Prepared {
+    config: Config,
+    queue: Queue,
+    registry: Arc<Registry>,
+    deployer: Option<Arc<Deployer>>,
+    handlers_dir: Option<PathBuf>,
+    metrics: Arc<Metrics>,
+    token: Option<String>,
+    /// The API's bound listener and the address asked for (`None`: `--no-api`).
+    listener: Option<(tokio::net::TcpListener, SocketAddr)>,
+    /// Reconciled, not yet started (a host that runs handlers).
+    scheduler: Option<Scheduler>,
+    /// Stops the deployer's watch, the heartbeat and the API.
+    stop: CancellationToken,
+}
+
 pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
+    let mut signals = ShutdownSignals::install()?;
+    let prepared = tokio::select! {
+        prepared = prepare(&context, args) => prepared?,
+        () = signals.recv() => {
+            tracing::info!("stopped while starting: no job was claimed");
+            return Ok(());
+        }
+    };
+    let Prepared {
+        config,
+        queue,
+        registry,
+        deployer,
+        handlers_dir,
+        metrics,
+        token,
+        listener,
+        scheduler,
+        stop,
+    } = prepared;
+
+    let worker = Worker::start(queue.clone(), registry.clone(), config.worker.clone())?;
+    tracing::info!(
+        worker_id = worker.worker_id(),
+        db = %super::admin::redact(&context.db),
+        handlers = ?handlers_dir,
+        "boxcar host started"
+    );
+    let scheduler = scheduler.map(|s| s.start(config.worker.poll_interval));
+    let api_task = listener.map(|(listener, address)| {
+        let address = listener.local_addr().unwrap_or(address);
+        let state = AppState {
+            queue: queue.clone(),
+            registry: registry.clone(),
+            deployer: deployer.clone(),
+            metrics,
+            token,
+            listen: Some(address),
+        };
+        tracing::info!(%address, "HTTP API listening");
+        let stop_api = stop.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, api::router(state))
+                .with_graceful_shutdown(async move { stop_api.cancelled().await })
+                .await
+        })
+    });
+
+    signals.recv().await;
+    tracing::info!("shutting down: no new claims; in-flight jobs get the shutdown grace");
+    stop.cancel();
+    if let Some(scheduler) = scheduler {
+        scheduler.shutdown().await;
+    }
+    worker.shutdown().await;
+    if let Some(task) = api_task {
+        let _ = task.await;
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Everything before the first claim: the store, deploys, schedules and
+/// the API's listener.
+async fn prepare(context: &Context, args: ServeArgs) -> anyhow::Result<Prepared> {
     let mut config = context.config.clone();
     if let Some(worker_id) = args.worker_id {
         config.worker.worker_id = worker_id;
@@ -92,14 +182,6 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
         stop.clone(),
     ));
 
-    let worker = Worker::start(queue.clone(), registry.clone(), config.worker.clone())?;
-    tracing::info!(
-        worker_id = worker.worker_id(),
-        db = %super::admin::redact(&context.db),
-        handlers = ?handlers_dir,
-        "boxcar host started"
-    );
-
     let scheduler = match &handlers_dir {
         None => None,
         Some(_) => {
@@ -114,11 +196,11 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
                 declared = config.schedules.len(),
                 "schedules reconciled"
             );
-            Some(scheduler.start(config.worker.poll_interval))
+            Some(scheduler)
         }
     };
 
-    let api_task = if args.no_api {
+    let listener = if args.no_api {
         None
     } else {
         let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
@@ -126,36 +208,20 @@ pub async fn run(context: Context, args: ServeArgs) -> anyhow::Result<()> {
                 "cannot listen on {address}: {e}; is another boxcar running there? use --listen"
             )
         })?;
-        let address = listener.local_addr().unwrap_or(address);
-        let state = AppState {
-            queue: queue.clone(),
-            registry: registry.clone(),
-            deployer: deployer.clone(),
-            metrics,
-            token,
-            listen: Some(address),
-        };
-        tracing::info!(%address, "HTTP API listening");
-        let stop_api = stop.clone();
-        Some(tokio::spawn(async move {
-            axum::serve(listener, api::router(state))
-                .with_graceful_shutdown(async move { stop_api.cancelled().await })
-                .await
-        }))
+        Some((listener, address))
     };
-
-    shutdown_signal().await;
-    tracing::info!("shutting down: no new claims; in-flight jobs get the shutdown grace");
-    stop.cancel();
-    if let Some(scheduler) = scheduler {
-        scheduler.shutdown().await;
-    }
-    worker.shutdown().await;
-    if let Some(task) = api_task {
-        let _ = task.await;
-    }
-    tracing::info!("stopped");
-    Ok(())
+    Ok(Prepared {
+        config,
+        queue,
+        registry,
+        deployer,
+        handlers_dir,
+        metrics,
+        token,
+        listener,
+        scheduler,
+        stop,
+    })
 }
 
 /// Every few seconds: a host that runs handlers records what it serves (its
@@ -178,25 +244,57 @@ async fn heartbeat(queue: Queue, registry: Arc<Registry>, serves: bool, stop: Ca
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Ctrl-C (SIGINT) and SIGTERM, caught from the moment [`install`] returns:
+/// a signal that arrives before [`recv`] is awaited is kept, not lost and
+/// not left to its default action.
+///
+/// [`install`]: ShutdownSignals::install
+/// [`recv`]: ShutdownSignals::recv
+struct ShutdownSignals {
     #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
+    interrupt: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    /// Replaces the default actions of SIGINT and SIGTERM with this
+    /// listener.
+    fn install() -> anyhow::Result<Self> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let listen = |kind: SignalKind, name: &str| {
+                signal(kind).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot install the {name} handler for a graceful shutdown: {e}"
+                    )
+                })
             };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            Ok(Self {
+                interrupt: listen(SignalKind::interrupt(), "SIGINT")?,
+                terminate: listen(SignalKind::terminate(), "SIGTERM")?,
+            })
+        }
+        #[cfg(not(unix))]
+        {
+            Ok(Self {})
         }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+
+    /// Waits for the first shutdown signal (returns at once if one already
+    /// arrived).
+    async fn recv(&mut self) {
+        #[cfg(unix)]
+        {
+            tokio::select! {
+                _ = self.interrupt.recv() => {}
+                _ = self.terminate.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

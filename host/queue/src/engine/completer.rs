@@ -20,18 +20,18 @@ use super::unstorable::{fail_unstorable, is_refusal};
 use super::Engine;
 use crate::handler::Scope;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
-use crate::store::{CompleteParams, Completed, StoreError};
+use crate::store::{ClaimRef, CompleteParams, Completed, StoreError};
 
 /// Queue depth of finished runs awaiting their write.
 pub(crate) const CAPACITY: usize = 8192;
 const MAX_BATCH: usize = 1000;
 
 pub(crate) struct Done {
-    pub id: String,
+    /// The run's claim (the completion's fence).
+    pub claim: ClaimRef,
     pub result: Option<String>,
     pub job_type: String,
     pub scope: Option<Scope>,
-    pub attempts: u32,
     pub duration: Duration,
     /// A flow child: its parent may become claimable once this lands.
     pub has_parent: bool,
@@ -47,7 +47,8 @@ async fn complete(engine: &Engine, jobs: &[Done]) -> Result<Vec<String>, StoreEr
         jobs: jobs
             .iter()
             .map(|d| Completed {
-                id: d.id.clone(),
+                id: d.claim.id.clone(),
+                attempt: d.claim.attempt,
                 result: d.result.clone(),
             })
             .collect(),
@@ -106,11 +107,12 @@ async fn write_one_by_one(engine: &Engine, batch: Vec<Done>) {
         match complete(engine, std::slice::from_ref(&done)).await {
             Ok(applied) => report(engine, vec![done], &applied),
             Err(e) if is_refusal(&e) => {
+                let claim = done.claim.clone();
                 let event = succeeded_event(done);
-                fail_unstorable(engine, "job's result", &e, event).await;
+                fail_unstorable(engine, claim, "job's result", &e, event).await;
             }
             Err(e) => {
-                tracing::error!(job_id = %done.id, error = %e, "completion write failed; the job is recovered after its lease");
+                tracing::error!(job_id = %done.claim.id, error = %e, "completion write failed; the job is recovered after its lease");
             }
         }
     }
@@ -118,11 +120,11 @@ async fn write_one_by_one(engine: &Engine, batch: Vec<Done>) {
 
 fn succeeded_event(d: Done) -> LifecycleEvent {
     LifecycleEvent {
-        job_id: d.id,
+        job_id: d.claim.id,
         job_type: d.job_type,
         scope: d.scope,
         outcome: LifecycleOutcome::Succeeded,
-        attempts: d.attempts,
+        attempts: d.claim.attempt,
         error: None,
         duration: Some(d.duration),
     }
@@ -132,10 +134,10 @@ fn succeeded_event(d: Done) -> LifecycleEvent {
 fn report(engine: &Engine, batch: Vec<Done>, applied: &[String]) {
     let applied: std::collections::HashSet<&str> = applied.iter().map(String::as_str).collect();
     for d in batch {
-        if applied.contains(d.id.as_str()) {
+        if applied.contains(d.claim.id.as_str()) {
             engine.queue.emit(succeeded_event(d));
         } else {
-            tracing::warn!(job_id = %d.id, "completion rejected: the lease was lost or the job was cancelled meanwhile");
+            tracing::warn!(job_id = %d.claim.id, "completion rejected: the lease was lost or the job was cancelled meanwhile");
         }
     }
 }

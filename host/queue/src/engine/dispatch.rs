@@ -38,7 +38,7 @@ use crate::guards::Blocker;
 use crate::job::Job;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::registry::{HandlerEntry, HandlerSettings};
-use crate::store::{ClaimManyParams, ClaimParams, StoreEvent, TypeClaim};
+use crate::store::{ClaimManyParams, ClaimParams, ClaimRef, StoreEvent, TypeClaim};
 
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -111,7 +111,7 @@ fn start_runs(
     rounds.served.insert(entry.job_type.clone(), rounds.round);
     engine.take_slots(&entry.job_type, claimed.len() as u32);
     for job in claimed {
-        let handle = engine.queue.inflight().insert(&job.id);
+        let handle = engine.queue.inflight().insert(&ClaimRef::of(&job));
         engine
             .runs
             .spawn(run::run_job(engine.clone(), entry.clone(), job, handle));

@@ -30,20 +30,20 @@ pub struct Maintenance {
 
 impl Maintenance {
     /// Aborts local runs whose rows are no longer running under this
-    /// worker's lease. Returns how many were aborted.
+    /// worker's lease in the run's own claim. Returns how many were aborted.
     ///
     /// # Errors
     /// The store failed.
     pub async fn reconcile_once(&self) -> Result<usize, StoreError> {
         let e = &self.engine;
-        let ids = e.queue.inflight().ids();
-        if ids.is_empty() {
+        let claims = e.queue.inflight().claims();
+        if claims.is_empty() {
             return Ok(0);
         }
-        let owned = e.store.still_owned(&e.opts.worker_id, &ids).await?;
+        let owned = e.store.still_owned(&e.opts.worker_id, &claims).await?;
         let mut n = 0;
-        for id in ids.iter().filter(|id| !owned.contains(id)) {
-            if e.queue.inflight().abort(id, AbortReason::LeaseLost) {
+        for c in claims.iter().filter(|c| !owned.contains(&c.id)) {
+            if e.queue.inflight().abort(&c.id, AbortReason::LeaseLost) {
                 n += 1;
             }
         }

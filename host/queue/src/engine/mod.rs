@@ -183,7 +183,7 @@ impl WorkerHandle {
                 e.runs.wait(),
             )
             .await;
-            let stuck = e.queue.inflight().ids();
+            let stuck = e.queue.inflight().claims();
             if !stuck.is_empty() {
                 tracing::warn!(
                     count = stuck.len(),
@@ -193,7 +193,7 @@ impl WorkerHandle {
                     .store
                     .release(ReleaseParams {
                         worker_id: e.opts.worker_id.clone(),
-                        ids: stuck,
+                        claims: stuck,
                     })
                     .await
                 {

@@ -4,6 +4,9 @@
 //! Invariants:
 //! - The handler future is awaited at most `abandon_grace` after an abort
 //!   or the deadline; then the slot is freed whatever the handler does.
+//! - Every write of the run is fenced on its claim (worker and attempt), so
+//!   a run whose lease expired cannot write over a later claim of its job,
+//!   not even one this worker made.
 //! - Renewal is fenced in the store; a renewal that is refused, or that
 //!   keeps failing until the lease would have expired, aborts the run.
 //! - A run aborted because of a cancel or a lost lease writes nothing; one
@@ -29,20 +32,20 @@ use crate::inflight::{AbortReason, RunHandle};
 use crate::job::{Job, JobStatus};
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::registry::HandlerEntry;
-use crate::store::{FailParams, ReleaseParams, RenewParams, RetryParams};
+use crate::store::{ClaimRef, FailParams, ReleaseParams, RenewParams, RetryParams};
 use crate::time;
 
 /// Renews the lease once; `Ok(false)` when the store refused (lease lost).
-async fn renew(engine: &Engine, id: &str, lease: Duration) -> Result<bool, ()> {
+async fn renew(engine: &Engine, claim: &ClaimRef, lease: Duration) -> Result<bool, ()> {
     let params = RenewParams {
         worker_id: engine.opts.worker_id.clone(),
-        ids: vec![id.to_string()],
+        claims: vec![claim.clone()],
         lease,
     };
     match engine.store.renew_leases(params).await {
         Ok(ids) => Ok(!ids.is_empty()),
         Err(e) => {
-            tracing::warn!(job_id = %id, error = %e, "lease renewal failed; will retry");
+            tracing::warn!(job_id = %claim.id, error = %e, "lease renewal failed; will retry");
             Err(())
         }
     }
@@ -76,7 +79,7 @@ async fn supervise(
             () = handle.token.cancelled() => break,
             () = tokio::time::sleep_until(renew_at), if next_renewal.is_some() => {
                 let Some((lease, every)) = renewal else { continue };
-                match renew(engine, &job.id, lease).await {
+                match renew(engine, &ClaimRef::of(job), lease).await {
                     Ok(true) => {
                         lease_valid_until = Some(time::instant_after(lease));
                         next_renewal = Some(time::instant_after(every));
@@ -112,6 +115,7 @@ pub(crate) async fn run_job(
     handle: RunHandle,
 ) {
     let started = Instant::now();
+    let claim = ClaimRef::of(&job);
     let event =
         |outcome, error: Option<String>, duration| run_event(&job, outcome, error, duration);
     engine
@@ -134,7 +138,7 @@ pub(crate) async fn run_job(
         services: Arc::new(RunServices {
             queue: engine.queue.clone(),
             worker_id: engine.opts.worker_id.clone(),
-            job_id: job.id.clone(),
+            claim: claim.clone(),
             job_type: job.job_type.clone(),
             may_enqueue: entry.settings.may_enqueue.clone(),
             bounds: entry.settings.enqueue_bounds.clone(),
@@ -143,7 +147,7 @@ pub(crate) async fn run_job(
     let fut = entry.handler.handle(run, ctx);
     let deadline = time::instant_after(timeout);
     let outcome = admit(supervise(&engine, &entry, &job, &handle, fut, deadline).await);
-    engine.queue.inflight().remove(&job.id);
+    engine.queue.inflight().remove(&claim);
     let duration = started.elapsed();
     let worker_id = engine.opts.worker_id.clone();
 
@@ -167,7 +171,7 @@ pub(crate) async fn run_job(
         (Some(AbortReason::Shutdown), _) => {
             let params = ReleaseParams {
                 worker_id,
-                ids: vec![job.id.clone()],
+                claims: vec![claim],
             };
             if let Err(e) = engine.store.release(params).await {
                 tracing::warn!(job_id = %job.id, error = %e, "release at shutdown failed; the job is recovered after its lease");
@@ -175,11 +179,10 @@ pub(crate) async fn run_job(
         }
         (None, Outcome::Succeeded { result }) => {
             let done = Done {
-                id: job.id.clone(),
+                claim,
                 result,
                 job_type: job.job_type.clone(),
                 scope: job.scope.clone(),
-                attempts: job.attempts,
                 duration,
                 has_parent: job.parent_id.is_some(),
             };
@@ -260,6 +263,7 @@ pub(super) async fn retry(
     let params = RetryParams {
         worker_id: engine.opts.worker_id.clone(),
         id: job.id.clone(),
+        attempt: job.attempts,
         delay,
         error: message.clone(),
         consumes_attempt,
@@ -276,7 +280,7 @@ pub(super) async fn retry(
         }
         Err(e) if is_refusal(&e) => {
             let run = run_event(job, LifecycleOutcome::RetryScheduled, None, Some(duration));
-            fail_unstorable(engine, "retry", &e, run).await;
+            fail_unstorable(engine, ClaimRef::of(job), "retry", &e, run).await;
         }
         Err(e) => {
             tracing::error!(job_id = %job.id, error = %e, "retry write failed; the job is recovered after its lease")
@@ -296,6 +300,7 @@ pub(super) async fn fail(
     let params = FailParams {
         worker_id: engine.opts.worker_id.clone(),
         id: job.id.clone(),
+        attempt: job.attempts,
         error: message.clone(),
         code,
         details,
@@ -318,7 +323,7 @@ pub(super) async fn fail(
         }
         Err(e) if is_refusal(&e) => {
             let run = run_event(job, LifecycleOutcome::FailedTerminal, None, Some(duration));
-            fail_unstorable(engine, "failure", &e, run).await;
+            fail_unstorable(engine, ClaimRef::of(job), "failure", &e, run).await;
         }
         Err(e) => {
             tracing::error!(job_id = %job.id, error = %e, "failure write failed; the job is recovered after its lease")

@@ -1,4 +1,4 @@
-//! [`JobServices`] for one run: progress (fenced on this worker's lease),
+//! [`JobServices`] for one run: progress (fenced on this worker's claim),
 //! follow-up enqueue, and the run's children (flows). This is the one place
 //! that decides what a running job may ask of the queue; the sandbox only
 //! forwards its guest's calls here.
@@ -25,12 +25,14 @@ use crate::bounds::EnqueueBounds;
 use crate::handler::{ChildJobRequest, ChildSummary, JobServices, ServiceError};
 use crate::job::{JobFilter, NewJob};
 use crate::queue::{Queue, QueueError};
+use crate::store::ClaimRef;
 use crate::validate::RESERVED_DEDUPE_PREFIX;
 
 pub(crate) struct RunServices {
     pub queue: Queue,
     pub worker_id: String,
-    pub job_id: String,
+    /// The run's claim (the job and its attempt): the progress fence.
+    pub claim: ClaimRef,
     /// The type of the running job (the dedupe namespace of its enqueues).
     pub job_type: String,
     pub may_enqueue: Vec<String>,
@@ -112,7 +114,7 @@ impl JobServices for RunServices {
             }
             self.queue
                 .store()
-                .set_progress(&self.worker_id, &self.job_id, &json)
+                .set_progress(&self.worker_id, &self.claim, &json)
                 .await
                 .map(|_| ())
                 .map_err(|e| ServiceError::Host(e.to_string()))
@@ -145,7 +147,7 @@ impl JobServices for RunServices {
     fn children(&self) -> BoxFuture<'_, Result<Vec<ChildSummary>, ServiceError>> {
         async move {
             let filter = JobFilter {
-                parent_id: Some(self.job_id.clone()),
+                parent_id: Some(self.claim.id.clone()),
                 limit: Some(MAX_CHILDREN),
                 ..JobFilter::default()
             };

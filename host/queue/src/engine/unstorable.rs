@@ -18,7 +18,7 @@
 use super::handler_output::host_text;
 use super::Engine;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
-use crate::store::{FailParams, StoreError};
+use crate::store::{ClaimRef, FailParams, StoreError};
 
 /// `error_code` of a job whose outcome the database refused to store.
 pub const UNSTORABLE_OUTCOME: &str = "unstorable-outcome";
@@ -46,11 +46,12 @@ fn refusal_code(code: &str) -> bool {
         .is_ok_and(|n| matches!(n & 0xff, 18 | 19 | 20 | 25))
 }
 
-/// Fails the run's job with a host-written message saying which write the
+/// Fails the job of the run's `claim` with a host-written message saying which write the
 /// database refused; emits `failed-terminal` when the write lands. `event`
 /// describes the run (its `outcome` and `error` are filled in here).
 pub(crate) async fn fail_unstorable(
     engine: &Engine,
+    claim: ClaimRef,
     refused_write: &str,
     error: &StoreError,
     mut event: LifecycleEvent,
@@ -61,7 +62,8 @@ pub(crate) async fn fail_unstorable(
     ));
     let params = FailParams {
         worker_id: engine.opts.worker_id.clone(),
-        id: event.job_id.clone(),
+        id: claim.id,
+        attempt: claim.attempt,
         error: message.clone(),
         code: Some(UNSTORABLE_OUTCOME.to_string()),
         details: None,

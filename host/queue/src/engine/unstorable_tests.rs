@@ -16,7 +16,7 @@ use crate::options::{QueueOptions, WorkerOptions};
 use crate::queue::Queue;
 use crate::registry::Registry;
 use crate::store::postgres::PostgresStore;
-use crate::store::{ClaimParams, JobStore};
+use crate::store::{ClaimParams, ClaimRef, JobStore};
 
 /// A Postgres store in a fresh schema, or `None` (printed) without
 /// `DATABASE_URL`; with `CI=true` a missing database fails the test.
@@ -67,11 +67,10 @@ async fn claimed_jobs(store: Arc<dyn JobStore>, n: u32) -> (WorkerHandle, Queue,
 
 fn done(job: &Job, result: String) -> Done {
     Done {
-        id: job.id.clone(),
+        claim: ClaimRef::of(job),
         result: Some(result),
         job_type: job.job_type.clone(),
         scope: None,
-        attempts: job.attempts,
         duration: Duration::from_millis(1),
         has_parent: false,
     }

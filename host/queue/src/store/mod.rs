@@ -4,8 +4,11 @@
 //! state change is one conditional write:
 //! - claims are compare-and-set on `status = pending` (or batch claims that
 //!   lock candidates, `FOR UPDATE SKIP LOCKED` / `BEGIN IMMEDIATE`);
-//! - completions, retries, failures, releases and progress are fenced on
-//!   `status = running AND lease_owner = worker`;
+//! - completions, retries, failures, releases, progress and renewals are
+//!   fenced on the claim: `status = running AND lease_owner = worker AND
+//!   attempts = the claim's attempt` (a [`ClaimRef`]), so a run whose lease
+//!   expired cannot write over a later claim of the same job — not even one
+//!   its own worker made;
 //! - renewals are additionally fenced on an unexpired lease.
 //!
 //! Only the implementations in this module's children contain SQL; the
@@ -182,13 +185,35 @@ pub struct ClaimResult {
     pub blocked_by: Option<Blocker>,
 }
 
+/// One claim of a job: the job's id and the attempt the claim made (the
+/// job's `attempts` right after it). With the worker id it is the fence of
+/// every write the claim's run makes: a later claim of the same job, even
+/// by the same worker, has another attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ClaimRef {
+    /// Job id.
+    pub id: String,
+    /// The claim's attempt.
+    pub attempt: u32,
+}
+
+impl ClaimRef {
+    /// The claim `job` is in right after it was claimed.
+    pub fn of(job: &Job) -> Self {
+        Self {
+            id: job.id.clone(),
+            attempt: job.attempts,
+        }
+    }
+}
+
 /// Extend leases of running jobs owned by `worker_id`.
 #[derive(Clone, Debug)]
 pub struct RenewParams {
     /// Lease owner.
     pub worker_id: String,
-    /// Jobs to renew.
-    pub ids: Vec<String>,
+    /// Claims to renew.
+    pub claims: Vec<ClaimRef>,
     /// New lease length from the store's now.
     pub lease: Duration,
 }
@@ -198,6 +223,8 @@ pub struct RenewParams {
 pub struct Completed {
     /// Job id.
     pub id: String,
+    /// The claim's attempt (fence).
+    pub attempt: u32,
     /// JSON result text.
     pub result: Option<String>,
 }
@@ -218,6 +245,8 @@ pub struct RetryParams {
     pub worker_id: String,
     /// Job id.
     pub id: String,
+    /// The claim's attempt (fence).
+    pub attempt: u32,
     /// Backoff before the next attempt.
     pub delay: Duration,
     /// The failure.
@@ -233,6 +262,8 @@ pub struct FailParams {
     pub worker_id: String,
     /// Job id.
     pub id: String,
+    /// The claim's attempt (fence).
+    pub attempt: u32,
     /// The failure.
     pub error: String,
     /// The handler's machine-readable error code (terminal errors).
@@ -246,8 +277,8 @@ pub struct FailParams {
 pub struct ReleaseParams {
     /// Lease owner (fence).
     pub worker_id: String,
-    /// Jobs to release.
-    pub ids: Vec<String>,
+    /// Claims to release.
+    pub claims: Vec<ClaimRef>,
 }
 
 /// Which jobs to cancel.
@@ -374,8 +405,8 @@ pub trait JobStore: Send + Sync + 'static {
     /// The database failed.
     async fn due_types(&self, job_types: &[String]) -> Result<DueTypes, StoreError>;
 
-    /// Extends leases still held (running, owned, unexpired); returns the
-    /// ids renewed. A missing id means the lease is lost.
+    /// Extends leases still held (running, owned by the claim, unexpired);
+    /// returns the ids renewed. A missing id means the lease is lost.
     ///
     /// # Errors
     /// The database failed.
@@ -419,19 +450,28 @@ pub trait JobStore: Send + Sync + 'static {
     /// The database failed.
     async fn rescue(&self, params: RescueParams) -> Result<Vec<Job>, StoreError>;
 
-    /// Of `ids`, those still `running` under `worker_id`'s lease (reconcile).
+    /// Of `claims`, the ids of those still `running` under `worker_id`'s
+    /// lease at the claim's attempt (reconcile).
     ///
     /// # Errors
     /// The database failed.
-    async fn still_owned(&self, worker_id: &str, ids: &[String])
-        -> Result<Vec<String>, StoreError>;
+    async fn still_owned(
+        &self,
+        worker_id: &str,
+        claims: &[ClaimRef],
+    ) -> Result<Vec<String>, StoreError>;
 
-    /// Stores progress JSON of a running job owned by `worker_id`.
+    /// Stores progress JSON of a running job still in `worker_id`'s
+    /// `claim`; `false` when the fence did not hold.
     ///
     /// # Errors
     /// The database failed.
-    async fn set_progress(&self, worker_id: &str, id: &str, json: &str)
-        -> Result<bool, StoreError>;
+    async fn set_progress(
+        &self,
+        worker_id: &str,
+        claim: &ClaimRef,
+        json: &str,
+    ) -> Result<bool, StoreError>;
 
     /// One job.
     ///

@@ -20,9 +20,9 @@ use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 use super::due::{ClaimManyParams, DueTypes};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::{
-    CancelParams, CancelledJob, ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob,
-    JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams, StoreError,
-    StoreEvent, TxConn,
+    CancelParams, CancelledJob, ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams,
+    InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
+    StoreError, StoreEvent, TxConn,
 };
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, StatusCounts};
@@ -126,7 +126,7 @@ impl JobStore for TracedStore {
             "store.renew_leases",
             backend = self.backend(),
             worker = %params.worker_id,
-            jobs = params.ids.len(),
+            jobs = params.claims.len(),
         );
         traced(span, self.inner.renew_leases(params)).await
     }
@@ -142,12 +142,22 @@ impl JobStore for TracedStore {
     }
 
     async fn retry(&self, params: RetryParams) -> Result<bool, StoreError> {
-        let span = debug_span!("store.retry", backend = self.backend(), job = %params.id);
+        let span = debug_span!(
+            "store.retry",
+            backend = self.backend(),
+            job = %params.id,
+            attempt = params.attempt
+        );
         traced(span, self.inner.retry(params)).await
     }
 
     async fn fail(&self, params: FailParams) -> Result<bool, StoreError> {
-        let span = debug_span!("store.fail", backend = self.backend(), job = %params.id);
+        let span = debug_span!(
+            "store.fail",
+            backend = self.backend(),
+            job = %params.id,
+            attempt = params.attempt
+        );
         traced(span, self.inner.fail(params)).await
     }
 
@@ -156,7 +166,7 @@ impl JobStore for TracedStore {
             "store.release",
             backend = self.backend(),
             worker = %params.worker_id,
-            jobs = params.ids.len(),
+            jobs = params.claims.len(),
         );
         traced(span, self.inner.release(params)).await
     }
@@ -178,25 +188,30 @@ impl JobStore for TracedStore {
     async fn still_owned(
         &self,
         worker_id: &str,
-        ids: &[String],
+        claims: &[ClaimRef],
     ) -> Result<Vec<String>, StoreError> {
         let span = debug_span!(
             "store.still_owned",
             backend = self.backend(),
             worker = %worker_id,
-            jobs = ids.len(),
+            jobs = claims.len(),
         );
-        traced(span, self.inner.still_owned(worker_id, ids)).await
+        traced(span, self.inner.still_owned(worker_id, claims)).await
     }
 
     async fn set_progress(
         &self,
         worker_id: &str,
-        id: &str,
+        claim: &ClaimRef,
         json: &str,
     ) -> Result<bool, StoreError> {
-        let span = debug_span!("store.set_progress", backend = self.backend(), job = %id);
-        traced(span, self.inner.set_progress(worker_id, id, json)).await
+        let span = debug_span!(
+            "store.set_progress",
+            backend = self.backend(),
+            job = %claim.id,
+            attempt = claim.attempt
+        );
+        traced(span, self.inner.set_progress(worker_id, claim, json)).await
     }
 
     async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {

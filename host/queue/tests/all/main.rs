@@ -12,6 +12,8 @@ mod engine;
 mod fairness;
 mod many_types;
 mod migrate;
+mod model;
 mod multiprocess;
 mod schedules;
+mod sqlite_pool;
 mod traced;

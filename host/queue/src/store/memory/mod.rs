@@ -29,9 +29,9 @@ use super::due::{ClaimManyParams, DueTypes};
 use super::policy::{guards as guard_policy, rescue as rescue_policy};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::{
-    CancelParams, CancelledJob, ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob,
-    JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams, StoreError,
-    StoreEvent, TxConn,
+    CancelParams, CancelledJob, ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams,
+    InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
+    StoreError, StoreEvent, TxConn,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus, RateWindow};
@@ -86,6 +86,14 @@ impl MemoryStore {
 /// Running under a lease that has not expired at `now`.
 fn live(job: &Job, now: DateTime<Utc>) -> bool {
     job.status == JobStatus::Running && job.lease_expires_at.is_some_and(|t| t > now)
+}
+
+/// Running under `worker`'s lease (expired or not) in the claim that made
+/// attempt `attempt`: the fence of every write after a claim.
+fn in_claim(job: &Job, worker: &str, attempt: u32) -> bool {
+    job.status == JobStatus::Running
+        && job.lease_owner.as_deref() == Some(worker)
+        && job.attempts == attempt
 }
 
 /// Pending or running.
@@ -231,27 +239,27 @@ impl JobStore for MemoryStore {
     async fn still_owned(
         &self,
         worker_id: &str,
-        ids: &[String],
+        claims: &[ClaimRef],
     ) -> Result<Vec<String>, StoreError> {
         let st = self.state.lock().await;
-        Ok(ids
+        Ok(claims
             .iter()
-            .filter(|id| {
-                st.jobs.get(*id).is_some_and(|j| {
-                    j.status == JobStatus::Running && j.lease_owner.as_deref() == Some(worker_id)
-                })
+            .filter(|c| {
+                st.jobs
+                    .get(&c.id)
+                    .is_some_and(|j| in_claim(j, worker_id, c.attempt))
             })
-            .cloned()
+            .map(|c| c.id.clone())
             .collect())
     }
 
     async fn set_progress(
         &self,
         worker_id: &str,
-        id: &str,
+        claim: &ClaimRef,
         json: &str,
     ) -> Result<bool, StoreError> {
-        Ok(writes::set_progress(self, worker_id, id, json).await)
+        Ok(writes::set_progress(self, worker_id, claim, json).await)
     }
 
     async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {

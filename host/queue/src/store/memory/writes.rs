@@ -1,22 +1,18 @@
 //! Inserts and the engine's transitions on the memory store, each under
-//! the state mutex, fenced on `status = running AND lease_owner = worker`
-//! after a claim exactly as the SQL stores fence their `UPDATE`s. An insert
+//! the state mutex, fenced on the claim (`status = running AND lease_owner
+//! = worker AND attempts = the claim's attempt`) exactly as the SQL stores
+//! fence their `UPDATE`s. An insert
 //! takes a job's unset attempt budget from the type's newest deploy (see
 //! `store::deployed_types`).
 
 use super::deployed_types::type_max_attempts;
-use super::{finish, live, unfinished, MemoryStore};
+use super::{finish, in_claim, live, unfinished, MemoryStore};
 use crate::job::{AddResult, Job, JobStatus};
 use crate::store::{
-    CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams, RetryParams, StoreError,
-    StoreEvent,
+    ClaimRef, CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams, RetryParams,
+    StoreError, StoreEvent,
 };
 use crate::time;
-
-/// Whether `job` runs under `worker`'s lease (expired or not).
-fn owned_by(job: &Job, worker: &str) -> bool {
-    job.status == JobStatus::Running && job.lease_owner.as_deref() == Some(worker)
-}
 
 pub(super) async fn add_many(
     store: &MemoryStore,
@@ -101,12 +97,12 @@ pub(super) async fn renew_leases(store: &MemoryStore, p: RenewParams) -> Vec<Str
     let now = store.clock.now();
     let mut st = store.state.lock().await;
     let mut out = Vec::new();
-    for id in p.ids {
-        if let Some(job) = st.jobs.get_mut(&id) {
-            if live(job, now) && owned_by(job, &p.worker_id) {
+    for claim in p.claims {
+        if let Some(job) = st.jobs.get_mut(&claim.id) {
+            if live(job, now) && in_claim(job, &p.worker_id, claim.attempt) {
                 job.lease_expires_at = Some(time::after(now, p.lease));
                 job.updated_at = now;
-                out.push(id);
+                out.push(claim.id);
             }
         }
     }
@@ -120,7 +116,7 @@ pub(super) async fn complete(store: &MemoryStore, p: CompleteParams) -> Vec<Stri
         let mut st = store.state.lock().await;
         for c in p.jobs {
             if let Some(job) = st.jobs.get_mut(&c.id) {
-                if owned_by(job, &p.worker_id) {
+                if in_claim(job, &p.worker_id, c.attempt) {
                     finish(job, JobStatus::Succeeded, None, now);
                     job.result = c.result;
                     out.push(c.id);
@@ -137,7 +133,11 @@ pub(super) async fn complete(store: &MemoryStore, p: CompleteParams) -> Vec<Stri
 pub(super) async fn retry(store: &MemoryStore, p: RetryParams) -> bool {
     let now = store.clock.now();
     let mut st = store.state.lock().await;
-    let Some(job) = st.jobs.get_mut(&p.id).filter(|j| owned_by(j, &p.worker_id)) else {
+    let Some(job) = st
+        .jobs
+        .get_mut(&p.id)
+        .filter(|j| in_claim(j, &p.worker_id, p.attempt))
+    else {
         return false;
     };
     job.status = JobStatus::Pending;
@@ -156,7 +156,8 @@ pub(super) async fn fail(store: &MemoryStore, p: FailParams) -> bool {
     let now = store.clock.now();
     let ok = {
         let mut st = store.state.lock().await;
-        match st.jobs.get_mut(&p.id).filter(|j| owned_by(j, &p.worker_id)) {
+        let job = st.jobs.get_mut(&p.id);
+        match job.filter(|j| in_claim(j, &p.worker_id, p.attempt)) {
             Some(job) => {
                 finish(job, JobStatus::Failed, Some(p.error), now);
                 job.error_code = p.code;
@@ -176,8 +177,9 @@ pub(super) async fn release(store: &MemoryStore, p: ReleaseParams) -> u64 {
     let now = store.clock.now();
     let mut st = store.state.lock().await;
     let mut n = 0;
-    for id in p.ids {
-        if let Some(job) = st.jobs.get_mut(&id).filter(|j| owned_by(j, &p.worker_id)) {
+    for claim in p.claims {
+        let job = st.jobs.get_mut(&claim.id);
+        if let Some(job) = job.filter(|j| in_claim(j, &p.worker_id, claim.attempt)) {
             job.status = JobStatus::Pending;
             job.lease_owner = None;
             job.lease_expires_at = None;
@@ -193,12 +195,13 @@ pub(super) async fn release(store: &MemoryStore, p: ReleaseParams) -> u64 {
 pub(super) async fn set_progress(
     store: &MemoryStore,
     worker_id: &str,
-    id: &str,
+    claim: &ClaimRef,
     json: &str,
 ) -> bool {
     let now = store.clock.now();
     let mut st = store.state.lock().await;
-    match st.jobs.get_mut(id).filter(|j| owned_by(j, worker_id)) {
+    let job = st.jobs.get_mut(&claim.id);
+    match job.filter(|j| in_claim(j, worker_id, claim.attempt)) {
         Some(job) => {
             job.progress = Some(json.to_string());
             job.updated_at = now;

@@ -9,12 +9,15 @@ use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
 use sqlx::Postgres;
 
+use super::rows::claim_arrays;
 use super::PostgresStore;
 use crate::job::{Job, JobFilter, JobStatus, StatusCounts};
 use crate::store::sql::{
     cancelled_from_row, job_from_row, jobs_from_rows, status_counts, JOB_COLS, LIVE,
 };
-use crate::store::{CancelParams, CancelTarget, CancelledJob, PruneParams, StoreError, StoreEvent};
+use crate::store::{
+    CancelParams, CancelTarget, CancelledJob, ClaimRef, PruneParams, StoreError, StoreEvent,
+};
 
 /// The `WHERE` clause of `f`, numbering its parameters from `*n + 1`.
 fn filter_sql(f: &JobFilter, n: &mut usize) -> String {
@@ -97,10 +100,12 @@ pub(super) async fn count_by_status(store: &PostgresStore) -> Result<StatusCount
 pub(super) async fn still_owned(
     store: &PostgresStore,
     worker_id: &str,
-    ids: &[String],
+    claims: &[ClaimRef],
 ) -> Result<Vec<String>, StoreError> {
+    let (ids, attempts) = claim_arrays(claims);
     Ok(sqlx::query_scalar(&store.sql.still_owned())
         .bind(ids)
+        .bind(attempts)
         .bind(worker_id)
         .fetch_all(&store.pool)
         .await?)

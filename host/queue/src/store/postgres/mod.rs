@@ -40,9 +40,9 @@ use super::due::{ClaimManyParams, DueTypes};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::sql::{sql_job_store, Dialect};
 use super::{
-    CancelParams, CancelledJob, ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob,
-    JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams, StoreError,
-    StoreEvent, TxConn,
+    CancelParams, CancelledJob, ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams,
+    InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
+    StoreError, StoreEvent, TxConn,
 };
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, StatusCounts};

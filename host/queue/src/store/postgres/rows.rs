@@ -6,7 +6,21 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use crate::store::sql::SqlRow;
-use crate::store::StoreError;
+use crate::store::{ClaimRef, StoreError};
+
+/// Claims as the two arrays `Dialect::in_claims` binds: ids (`text[]`),
+/// then attempts (`int4[]`).
+pub(super) fn claim_arrays(claims: &[ClaimRef]) -> (Vec<String>, Vec<i32>) {
+    claims
+        .iter()
+        .map(|c| (c.id.clone(), attempt(c.attempt)))
+        .unzip()
+}
+
+/// An attempt as the `int4` column holds it, saturating at `i32::MAX`.
+pub(super) fn attempt(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
 
 impl SqlRow for PgRow {
     fn text(&self, col: &str) -> Result<String, StoreError> {

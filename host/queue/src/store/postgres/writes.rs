@@ -8,7 +8,8 @@
 //! unguarded claim selects candidates `FOR UPDATE SKIP LOCKED` and claims
 //! them in the same statement; many
 //! completions are one statement; every write after a claim is fenced on
-//! `status = running AND lease_owner = worker`. Engine transitions use the
+//! the claim (`status = running AND lease_owner = worker AND attempts = the
+//! claim's attempt`). Engine transitions use the
 //! `synchronous_commit = off` pool (see [`PostgresStore`]).
 
 use std::collections::HashMap;
@@ -16,12 +17,13 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
+use super::rows::{attempt, claim_arrays};
 use super::{tx, PostgresStore};
 use crate::job::{AddResult, JobStatus};
 use crate::store::sql::{job_columns, jobs_from_rows, type_max_attempts, Dialect, LIVE};
 use crate::store::{
-    ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams,
-    RetryParams, StoreError, EXPIRED_CODE, EXPIRED_ERROR,
+    ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams,
+    RenewParams, RetryParams, StoreError, EXPIRED_CODE, EXPIRED_ERROR,
 };
 use crate::time;
 
@@ -248,9 +250,11 @@ pub(super) async fn renew_leases(
     store: &PostgresStore,
     p: RenewParams,
 ) -> Result<Vec<String>, StoreError> {
+    let (ids, attempts) = claim_arrays(&p.claims);
     Ok(sqlx::query_scalar(&store.sql.renew())
         .bind(time::millis(p.lease))
-        .bind(&p.ids)
+        .bind(ids)
+        .bind(attempts)
         .bind(&p.worker_id)
         .fetch_all(&store.fast)
         .await?)
@@ -262,16 +266,19 @@ pub(super) async fn complete(
 ) -> Result<Vec<String>, StoreError> {
     let ids: Vec<String> = p.jobs.iter().map(|c| c.id.clone()).collect();
     let results: Vec<Option<String>> = p.jobs.iter().map(|c| c.result.clone()).collect();
+    let attempts: Vec<i32> = p.jobs.iter().map(|c| attempt(c.attempt)).collect();
     Ok(sqlx::query_scalar(&format!(
         "UPDATE {} j SET status = 'succeeded', result = c.result, finished_at = now(), \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
-         FROM unnest($1::text[], $2::text[]) AS c(id, result) \
-         WHERE j.id = c.id AND j.status = 'running' AND j.lease_owner = $3 RETURNING j.id",
+         FROM unnest($1::text[], $2::text[], $4::int4[]) AS c(id, result, attempt) \
+         WHERE j.id = c.id AND j.status = 'running' AND j.lease_owner = $3 \
+           AND j.attempts = c.attempt RETURNING j.id",
         store.sql.jobs
     ))
     .bind(&ids)
     .bind(&results)
     .bind(&p.worker_id)
+    .bind(&attempts)
     .fetch_all(&store.fast)
     .await?)
 }
@@ -283,6 +290,7 @@ pub(super) async fn retry(store: &PostgresStore, p: RetryParams) -> Result<bool,
         .bind(p.consumes_attempt)
         .bind(&p.id)
         .bind(&p.worker_id)
+        .bind(attempt(p.attempt))
         .execute(&store.fast)
         .await?;
     Ok(r.rows_affected() == 1)
@@ -295,14 +303,17 @@ pub(super) async fn fail(store: &PostgresStore, p: FailParams) -> Result<bool, S
         .bind(&p.worker_id)
         .bind(&p.code)
         .bind(&p.details)
+        .bind(attempt(p.attempt))
         .execute(&store.fast)
         .await?;
     Ok(r.rows_affected() == 1)
 }
 
 pub(super) async fn release(store: &PostgresStore, p: ReleaseParams) -> Result<u64, StoreError> {
+    let (ids, attempts) = claim_arrays(&p.claims);
     let r = sqlx::query(&store.sql.release())
-        .bind(&p.ids)
+        .bind(ids)
+        .bind(attempts)
         .bind(&p.worker_id)
         .execute(&store.fast)
         .await?;
@@ -312,13 +323,14 @@ pub(super) async fn release(store: &PostgresStore, p: ReleaseParams) -> Result<u
 pub(super) async fn set_progress(
     store: &PostgresStore,
     worker_id: &str,
-    id: &str,
+    claim: &ClaimRef,
     json: &str,
 ) -> Result<bool, StoreError> {
     let r = sqlx::query(&store.sql.set_progress())
         .bind(json)
-        .bind(id)
+        .bind(&claim.id)
         .bind(worker_id)
+        .bind(attempt(claim.attempt))
         .execute(&store.fast)
         .await?;
     Ok(r.rows_affected() == 1)

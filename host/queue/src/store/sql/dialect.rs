@@ -84,6 +84,25 @@ impl Dialect {
         }
     }
 
+    /// `(id, attempts)` is one of the claims bound as two lists of equal
+    /// length: ids at `$n`, attempts at `$(n+1)` (JSON arrays on SQLite,
+    /// `text[]` and `int4[]` on Postgres). The lookup stays on the primary
+    /// key.
+    pub(super) fn in_claims(&self, n: usize) -> String {
+        let m = n + 1;
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => format!(
+                "(id, attempts) IN (SELECT i.value, a.value FROM json_each(${n}) AS i \
+                 JOIN json_each(${m}) AS a ON a.key = i.key)"
+            ),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => {
+                format!("(id, attempts) IN (SELECT * FROM unnest(${n}::text[], ${m}::int4[]))")
+            }
+        }
+    }
+
     /// The list bound at `$n` as rows `u(value)`.
     pub(super) fn list_rows(&self, n: usize) -> String {
         match self.backend {

@@ -286,18 +286,18 @@ macro_rules! sql_job_store {
             async fn still_owned(
                 &self,
                 worker_id: &str,
-                ids: &[String],
+                claims: &[ClaimRef],
             ) -> Result<Vec<String>, StoreError> {
-                admin::still_owned(self, worker_id, ids).await
+                admin::still_owned(self, worker_id, claims).await
             }
 
             async fn set_progress(
                 &self,
                 worker_id: &str,
-                id: &str,
+                claim: &ClaimRef,
                 json: &str,
             ) -> Result<bool, StoreError> {
-                writes::set_progress(self, worker_id, id, json).await
+                writes::set_progress(self, worker_id, claim, json).await
             }
 
             async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {

@@ -1,5 +1,6 @@
 //! The statements of the engine's fenced transitions (renew, retry, fail,
-//! release, progress), of inspection (one job, counts, ownership), pruning
+//! release, progress — each fenced on the claim: running, leased to the
+//! worker, at the claim's attempt), of inspection (one job, counts, ownership), pruning
 //! and handler events, written once for both SQL backends over a
 //! [`Dialect`]. Each comment lists the parameters in order; on SQLite the
 //! statement's now is bound after them (see [`Dialect::now`]). Inserts,
@@ -9,72 +10,73 @@
 use super::{Dialect, EVENT_COLS, JOB_COLS};
 
 impl Dialect {
-    /// Extends by `$1` milliseconds the still live leases of worker `$3`
-    /// among the jobs `$2`; returns the renewed ids.
+    /// Extends by `$1` milliseconds the still live leases of worker `$4`
+    /// among the claims (ids `$2`, attempts `$3`); returns the renewed ids.
     pub(in crate::store) fn renew(&self) -> String {
-        let now = self.now(4);
+        let now = self.now(5);
         format!(
             "UPDATE {} SET lease_expires_at = {}, updated_at = {now} \
-             WHERE {} AND {} = 'running' AND lease_owner = $3 AND {} > {now} RETURNING id",
+             WHERE {} AND {} = 'running' AND lease_owner = $4 AND {} > {now} RETURNING id",
             self.jobs,
             self.plus_ms(&now, "$1"),
-            self.in_list("id", 2),
+            self.in_claims(2),
             self.unindexed("status"),
             self.unindexed("lease_expires_at")
         )
     }
 
-    /// Puts job `$4` of worker `$5` back to pending, due in `$1`
-    /// milliseconds, with last error `$2`; `$3` false gives the attempt
-    /// back.
+    /// Puts job `$4` of worker `$5`'s claim at attempt `$6` back to
+    /// pending, due in `$1` milliseconds, with last error `$2`; `$3` false
+    /// gives the attempt back.
     pub(in crate::store) fn retry(&self) -> String {
-        let now = self.now(6);
+        let now = self.now(7);
         format!(
             "UPDATE {} SET status = 'pending', run_at = {}, last_error = $2, \
                attempts = CASE WHEN $3 THEN attempts ELSE {} END, \
                lease_owner = NULL, lease_expires_at = NULL, updated_at = {now} \
-             WHERE id = $4 AND status = 'running' AND lease_owner = $5",
+             WHERE id = $4 AND status = 'running' AND lease_owner = $5 AND attempts = $6",
             self.jobs,
             self.plus_ms(&now, "$1"),
             self.greatest("attempts - 1", "0")
         )
     }
 
-    /// Fails job `$2` of worker `$3` with error `$1`, code `$4` and details
-    /// `$5`.
+    /// Fails job `$2` of worker `$3`'s claim at attempt `$6` with error
+    /// `$1`, code `$4` and details `$5`.
     pub(in crate::store) fn fail(&self) -> String {
-        let now = self.now(6);
+        let now = self.now(7);
         format!(
             "UPDATE {} SET status = 'failed', last_error = $1, finished_at = {now}, \
                lease_owner = NULL, lease_expires_at = NULL, updated_at = {now}, \
                error_code = $4, error_details = $5 \
-             WHERE id = $2 AND status = 'running' AND lease_owner = $3",
+             WHERE id = $2 AND status = 'running' AND lease_owner = $3 AND attempts = $6",
             self.jobs
         )
     }
 
-    /// Gives worker `$2`'s jobs `$1` back: pending, due now, attempt
-    /// returned.
+    /// Gives worker `$3`'s claims (ids `$1`, attempts `$2`) back: pending,
+    /// due now, attempt returned.
     pub(in crate::store) fn release(&self) -> String {
-        let now = self.now(3);
+        let now = self.now(4);
         format!(
             "UPDATE {} SET status = 'pending', run_at = {now}, attempts = {}, \
                lease_owner = NULL, lease_expires_at = NULL, updated_at = {now} \
-             WHERE {} AND {} = 'running' AND lease_owner = $2",
+             WHERE {} AND {} = 'running' AND lease_owner = $3",
             self.jobs,
             self.greatest("attempts - 1", "0"),
-            self.in_list("id", 1),
+            self.in_claims(1),
             self.unindexed("status")
         )
     }
 
-    /// Stores progress `$1` of job `$2` run by worker `$3`.
+    /// Stores progress `$1` of job `$2` run by worker `$3`'s claim at
+    /// attempt `$4`.
     pub(in crate::store) fn set_progress(&self) -> String {
         format!(
             "UPDATE {} SET progress = $1, updated_at = {} \
-             WHERE id = $2 AND status = 'running' AND lease_owner = $3",
+             WHERE id = $2 AND status = 'running' AND lease_owner = $3 AND attempts = $4",
             self.jobs,
-            self.now(4)
+            self.now(5)
         )
     }
 
@@ -95,12 +97,13 @@ impl Dialect {
         )
     }
 
-    /// Of the jobs `$1`, those running under worker `$2`'s lease.
+    /// Of the claims (ids `$1`, attempts `$2`), the ids of those running
+    /// under worker `$3`'s lease.
     pub(in crate::store) fn still_owned(&self) -> String {
         format!(
-            "SELECT id FROM {} WHERE {} AND {} = 'running' AND lease_owner = $2",
+            "SELECT id FROM {} WHERE {} AND {} = 'running' AND lease_owner = $3",
             self.jobs,
-            self.in_list("id", 1),
+            self.in_claims(1),
             self.unindexed("status")
         )
     }

@@ -8,13 +8,15 @@
 use chrono::Utc;
 use sqlx::sqlite::SqliteRow;
 
-use super::rows::{json_list, ms};
+use super::rows::{claim_lists, json_list, ms};
 use super::SqliteStore;
 use crate::job::{Job, JobFilter, JobStatus, StatusCounts};
 use crate::store::sql::{
     cancelled_from_row, job_from_row, jobs_from_rows, status_counts, JOB_COLS, LIVE,
 };
-use crate::store::{CancelParams, CancelTarget, CancelledJob, PruneParams, StoreError, StoreEvent};
+use crate::store::{
+    CancelParams, CancelTarget, CancelledJob, ClaimRef, PruneParams, StoreError, StoreEvent,
+};
 
 /// The `WHERE` clause of `f`, pushing its binds in order.
 fn filter_sql(f: &JobFilter, binds: &mut Vec<String>) -> String {
@@ -77,10 +79,12 @@ pub(super) async fn count_by_status(store: &SqliteStore) -> Result<StatusCounts,
 pub(super) async fn still_owned(
     store: &SqliteStore,
     worker_id: &str,
-    ids: &[String],
+    claims: &[ClaimRef],
 ) -> Result<Vec<String>, StoreError> {
+    let (ids, attempts) = claim_lists(claims);
     Ok(sqlx::query_scalar(&store.sql.still_owned())
-        .bind(json_list(ids))
+        .bind(ids)
+        .bind(attempts)
         .bind(worker_id)
         .fetch_all(&store.pool)
         .await?)

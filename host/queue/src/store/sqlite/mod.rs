@@ -8,6 +8,12 @@
 //!   deferred reader never fails to upgrade and SQLite's write lock covers
 //!   a whole decision.
 //! - This process's writers queue on one async mutex before SQLite's lock.
+//! - A connection goes back to the pool outside any transaction: one
+//!   returned inside a transaction (a `BEGIN` its user ran by hand through
+//!   [`SqliteStore::pool`], a `COMMIT` SQLite refused and kept open) is
+//!   rolled back before it is reused, and one whose transaction state sqlx
+//!   and SQLite disagree on is closed — so no later user runs inside a
+//!   stranger's transaction or waits on the write lock it holds.
 //! - Migrations run inside one `BEGIN IMMEDIATE` transaction, so processes
 //!   migrating one file at the same moment apply each version once; opening
 //!   retries a set-up that SQLite refused with an immediate `SQLITE_BUSY`.
@@ -34,7 +40,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::SqlitePool;
+use sqlx::{Connection, SqliteConnection, SqlitePool};
 use tokio::sync::broadcast;
 
 use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
@@ -42,9 +48,9 @@ use super::due::{ClaimManyParams, DueTypes};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::sql::{sql_job_store, Dialect};
 use super::{
-    CancelParams, CancelledJob, ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob,
-    JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams, StoreError,
-    StoreEvent, TxConn,
+    CancelParams, CancelledJob, ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams,
+    InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
+    StoreError, StoreEvent, TxConn,
 };
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
@@ -89,6 +95,7 @@ async fn connect_pool(opts: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Er
     loop {
         let res = SqlitePoolOptions::new()
             .max_connections(4)
+            .after_release(|conn, _| Box::pin(reset_on_release(conn)))
             .connect_with(opts.clone())
             .await;
         match res {
@@ -98,6 +105,20 @@ async fn connect_pool(opts: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Er
             other => return other,
         }
     }
+}
+
+/// Readies a connection the pool takes back: rolls back a transaction
+/// still open on it. `Ok(true)` keeps it for reuse; `Ok(false)` (sqlx still
+/// counts a transaction SQLite no longer has) and an error close it.
+async fn reset_on_release(conn: &mut SqliteConnection) -> Result<bool, sqlx::Error> {
+    match sqlx::query("ROLLBACK").execute(&mut *conn).await {
+        Ok(_) => {
+            tracing::warn!("a SQLite connection came back to the pool inside a transaction; rolled it back before reuse");
+        }
+        Err(sqlx::Error::Database(e)) if e.message().contains("no transaction is active") => {}
+        Err(e) => return Err(e),
+    }
+    Ok(!conn.is_in_transaction())
 }
 
 impl SqliteStore {

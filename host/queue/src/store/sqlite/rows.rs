@@ -8,7 +8,7 @@ use sqlx::sqlite::SqliteRow;
 use sqlx::Row;
 
 use crate::store::sql::SqlRow;
-use crate::store::StoreError;
+use crate::store::{ClaimRef, StoreError};
 
 /// An instant as stored: milliseconds since the Unix epoch.
 pub(super) fn ms(t: DateTime<Utc>) -> i64 {
@@ -18,6 +18,14 @@ pub(super) fn ms(t: DateTime<Utc>) -> i64 {
 /// A stored instant (the epoch for a value out of chrono's range).
 pub(super) fn from_ms(v: i64) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(v).single().unwrap_or_default()
+}
+
+/// Claims as the two JSON arrays `Dialect::in_claims` binds: ids, then
+/// attempts.
+pub(super) fn claim_lists(claims: &[ClaimRef]) -> (String, String) {
+    let ids: Vec<&str> = claims.iter().map(|c| c.id.as_str()).collect();
+    let attempts: Vec<u32> = claims.iter().map(|c| c.attempt).collect();
+    (json_list(&ids), serde_json::json!(attempts).to_string())
 }
 
 /// `items` as a JSON array of strings, for `json_each(?)`.

@@ -5,7 +5,8 @@
 //! deploy in the same statement (see `store::deployed_types`).
 //!
 //! Invariant: every state change is a single conditional `UPDATE`, fenced
-//! on `status = running AND lease_owner = worker` after a claim. An
+//! on the claim (`status = running AND lease_owner = worker AND attempts =
+//! the claim's attempt`) after a claim. An
 //! unguarded claim is one `UPDATE … WHERE id IN (SELECT … LIMIT n)
 //! RETURNING`: SQLite takes the write lock before the statement reads, so
 //! candidates cannot be claimed twice. Writers of this process queue on the
@@ -16,13 +17,13 @@ use std::sync::LazyLock;
 use chrono::Utc;
 use sqlx::SqliteConnection;
 
-use super::rows::{json_list, ms};
+use super::rows::{claim_lists, ms};
 use super::{tx, SqliteStore};
 use crate::job::{AddResult, JobStatus};
 use crate::store::sql::{jobs_from_rows, type_max_attempts, JOB_COLS, LIVE};
 use crate::store::{
-    ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams,
-    RetryParams, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR,
+    ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams,
+    RenewParams, RetryParams, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR,
 };
 use crate::time;
 
@@ -190,9 +191,11 @@ pub(super) async fn renew_leases(
     p: RenewParams,
 ) -> Result<Vec<String>, StoreError> {
     let _w = store.write.lock().await;
+    let (ids, attempts) = claim_lists(&p.claims);
     Ok(sqlx::query_scalar(&store.sql.renew())
         .bind(time::millis(p.lease))
-        .bind(json_list(&p.ids))
+        .bind(ids)
+        .bind(attempts)
         .bind(&p.worker_id)
         .bind(ms(Utc::now()))
         .fetch_all(&store.pool)
@@ -208,16 +211,18 @@ pub(super) async fn complete(
     let batch = serde_json::Value::Array(
         p.jobs
             .iter()
-            .map(|c| serde_json::json!({ "id": c.id, "result": c.result }))
+            .map(|c| serde_json::json!({ "id": c.id, "attempt": c.attempt, "result": c.result }))
             .collect(),
     )
     .to_string();
     let done: Vec<String> = sqlx::query_scalar(
         "UPDATE boxcar_jobs SET status = 'succeeded', result = c.result, finished_at = ?1, \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1 \
-         FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.result') AS result \
+         FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.attempt') AS attempt, \
+                 json_extract(value, '$.result') AS result \
                FROM json_each(?2)) AS c \
-         WHERE boxcar_jobs.id = c.id AND +boxcar_jobs.status = 'running' AND boxcar_jobs.lease_owner = ?3 \
+         WHERE boxcar_jobs.id = c.id AND +boxcar_jobs.status = 'running' \
+           AND boxcar_jobs.lease_owner = ?3 AND boxcar_jobs.attempts = c.attempt \
          RETURNING boxcar_jobs.id",
     )
     .bind(now)
@@ -239,6 +244,7 @@ pub(super) async fn retry(store: &SqliteStore, p: RetryParams) -> Result<bool, S
         .bind(p.consumes_attempt)
         .bind(&p.id)
         .bind(&p.worker_id)
+        .bind(i64::from(p.attempt))
         .bind(ms(Utc::now()))
         .execute(&store.pool)
         .await?;
@@ -253,6 +259,7 @@ pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, Sto
         .bind(&p.worker_id)
         .bind(&p.code)
         .bind(&p.details)
+        .bind(i64::from(p.attempt))
         .bind(ms(Utc::now()))
         .execute(&store.pool)
         .await?;
@@ -265,8 +272,10 @@ pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, Sto
 
 pub(super) async fn release(store: &SqliteStore, p: ReleaseParams) -> Result<u64, StoreError> {
     let _w = store.write.lock().await;
+    let (ids, attempts) = claim_lists(&p.claims);
     let r = sqlx::query(&store.sql.release())
-        .bind(json_list(&p.ids))
+        .bind(ids)
+        .bind(attempts)
         .bind(&p.worker_id)
         .bind(ms(Utc::now()))
         .execute(&store.pool)
@@ -277,14 +286,15 @@ pub(super) async fn release(store: &SqliteStore, p: ReleaseParams) -> Result<u64
 pub(super) async fn set_progress(
     store: &SqliteStore,
     worker_id: &str,
-    id: &str,
+    claim: &ClaimRef,
     json: &str,
 ) -> Result<bool, StoreError> {
     let _w = store.write.lock().await;
     let r = sqlx::query(&store.sql.set_progress())
         .bind(json)
-        .bind(id)
+        .bind(&claim.id)
         .bind(worker_id)
+        .bind(i64::from(claim.attempt))
         .bind(ms(Utc::now()))
         .execute(&store.pool)
         .await?;

@@ -25,6 +25,7 @@ async fn retry_failed_and_prune(fx: &Fixture) {
             .fail(FailParams {
                 worker_id: W1.into(),
                 id: id.clone(),
+                attempt: 1,
                 error: "boom".into(),
                 code: None,
                 details: None,
@@ -61,6 +62,7 @@ async fn retry_failed_and_prune(fx: &Fixture) {
         .iter()
         .map(|j| Completed {
             id: j.id.clone(),
+            attempt: j.attempts,
             result: None,
         })
         .collect();
@@ -140,6 +142,7 @@ async fn cancels(fx: &Fixture) {
             worker_id: W1.into(),
             jobs: vec![Completed {
                 id: r1.clone(),
+                attempt: 1,
                 result: None,
             }],
         })
@@ -195,6 +198,7 @@ async fn flows(fx: &Fixture) {
             worker_id: W1.into(),
             jobs: vec![Completed {
                 id: kids.claimed[0].id.clone(),
+                attempt: kids.claimed[0].attempts,
                 result: Some("1".into()),
             }],
         })
@@ -204,6 +208,7 @@ async fn flows(fx: &Fixture) {
         .fail(FailParams {
             worker_id: W1.into(),
             id: kids.claimed[1].id.clone(),
+            attempt: kids.claimed[1].attempts,
             error: "no".into(),
             code: None,
             details: None,

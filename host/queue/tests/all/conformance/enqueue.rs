@@ -45,6 +45,7 @@ async fn dedupe(fx: &Fixture) {
             worker_id: W1.into(),
             jobs: vec![Completed {
                 id: c.claimed[0].id.clone(),
+                attempt: c.claimed[0].attempts,
                 result: Some("{\"ok\":true}".into()),
             }],
         })

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use boxcar_queue::store::ClaimParams;
+use boxcar_queue::store::{ClaimParams, ClaimRef};
 use boxcar_queue::{ClaimGuards, NewJob, Queue};
 use serde_json::json;
 
@@ -32,6 +32,14 @@ fn claim(job_type: &str, worker: &str, limit: u32, lease: Duration) -> ClaimPara
         lease,
         handler_version: Some("v1".into()),
         guards: ClaimGuards::default(),
+    }
+}
+
+/// The claim of job `id` that made attempt `attempt`.
+fn at(id: &str, attempt: u32) -> ClaimRef {
+    ClaimRef {
+        id: id.into(),
+        attempt,
     }
 }
 

@@ -17,12 +17,13 @@ async fn transitions(fx: &Fixture) {
         .unwrap();
     assert!(fx
         .store
-        .set_progress(W1, &id, "{\"pct\":50}")
+        .set_progress(W1, &at(&id, 1), "{\"pct\":50}")
         .await
         .unwrap());
     let r = RetryParams {
         worker_id: W1.into(),
         id: id.clone(),
+        attempt: 1,
         delay: Duration::from_secs(3600),
         error: "rate limited".into(),
         consumes_attempt: false,
@@ -51,6 +52,7 @@ async fn transitions(fx: &Fixture) {
     let f = FailParams {
         worker_id: W1.into(),
         id: id2.clone(),
+        attempt: 1,
         error: "bad input".into(),
         code: None,
         details: None,
@@ -68,7 +70,7 @@ async fn transitions(fx: &Fixture) {
         .store
         .release(boxcar_queue::store::ReleaseParams {
             worker_id: W1.into(),
-            ids: vec![id3.clone()],
+            claims: vec![at(&id3, 1)],
         })
         .await
         .unwrap();
@@ -84,6 +86,7 @@ async fn transitions(fx: &Fixture) {
             worker_id: W1.into(),
             jobs: vec![Completed {
                 id: id3.clone(),
+                attempt: 1,
                 result: None,
             }],
         })

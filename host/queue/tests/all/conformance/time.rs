@@ -3,7 +3,7 @@
 //! (9999-12-31T23:59:59.999Z) — no panic, no overflowed integer, no
 //! out-of-range database error — and reads back as that instant.
 
-use boxcar_queue::store::{InsertJob, RenewParams, RetryParams};
+use boxcar_queue::store::{ClaimRef, InsertJob, RenewParams, RetryParams};
 use boxcar_queue::{far_future, JobStatus};
 
 use super::*;
@@ -56,7 +56,7 @@ async fn enormous_durations(fx: &Fixture) {
         .store
         .renew_leases(RenewParams {
             worker_id: W1.into(),
-            ids: vec![id.clone()],
+            claims: vec![ClaimRef::of(&c.claimed[0])],
             lease: FOREVER,
         })
         .await
@@ -67,6 +67,7 @@ async fn enormous_durations(fx: &Fixture) {
         .retry(RetryParams {
             worker_id: W1.into(),
             id: id.clone(),
+            attempt: c.claimed[0].attempts,
             delay: FOREVER,
             error: "come back much later".into(),
             consumes_attempt: true,
