@@ -11,6 +11,7 @@ mod compile;
 mod containment;
 mod deploy;
 mod fleet;
+mod history;
 mod hostile;
 mod job_defaults;
 mod polyglot;

@@ -75,6 +75,7 @@ pub fn context() -> (JobContext, Arc<RecordingServices>) {
     let ctx = JobContext {
         cancel: CancellationToken::new(),
         services: services.clone(),
+        record: Arc::new(crate::RunRecord::new("job-1", 1)),
     };
     (ctx, services)
 }

@@ -204,6 +204,7 @@ fn ctx() -> JobContext {
     JobContext {
         cancel: CancellationToken::new(),
         services: Arc::new(Quiet),
+        record: Arc::new(boxcar_queue::RunRecord::new("job-1", 1)),
     }
 }
 
@@ -351,6 +352,7 @@ async fn fanout_uses_the_host_interface(lang: Lang) {
     let ctx = JobContext {
         cancel: CancellationToken::new(),
         services: recorder.clone(),
+        record: Arc::new(boxcar_queue::RunRecord::new("job-1", 1)),
     };
     let payload = r#"{"count": 2, "delay_ms": 50}"#;
     let outcome = fanout

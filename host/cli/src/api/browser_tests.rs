@@ -70,6 +70,7 @@ async fn failed_job(queue: &Queue) -> String {
                 error: "boom".into(),
                 code: None,
                 details: None,
+                attempt: Default::default(),
             })
             .await
             .expect("fail");

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::unstorable::{fail_unstorable, is_refusal};
 use super::Engine;
+use crate::attempt::AttemptEnd;
 use crate::handler::Scope;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::store::{CompleteParams, Completed, StoreError};
@@ -33,6 +34,9 @@ pub(crate) struct Done {
     pub scope: Option<Scope>,
     pub attempts: u32,
     pub duration: Duration,
+    /// The attempt this completion ends (recorded in the batch's
+    /// transaction).
+    pub attempt: AttemptEnd,
 }
 
 /// Transient failures of one `complete` round trip are retried this often.
@@ -47,6 +51,7 @@ async fn complete(engine: &Engine, jobs: &[Done]) -> Result<Vec<String>, StoreEr
             .map(|d| Completed {
                 id: d.id.clone(),
                 result: d.result.clone(),
+                attempt: d.attempt.clone(),
             })
             .collect(),
     };

@@ -107,6 +107,7 @@ pub fn new_ctx() -> (JobContext, Arc<Recorder>) {
     let ctx = JobContext {
         cancel: CancellationToken::new(),
         services: recorder.clone(),
+        record: Arc::new(boxcar_queue::RunRecord::new("job-1", 1)),
     };
     (ctx, recorder)
 }

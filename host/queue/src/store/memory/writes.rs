@@ -2,10 +2,13 @@
 //! the state mutex, fenced on `status = running AND lease_owner = worker`
 //! after a claim exactly as the SQL stores fence their `UPDATE`s. An insert
 //! takes a job's unset attempt budget from the type's newest deploy (see
-//! `store::deployed_types`).
+//! `store::deployed_types`). Each transition records the attempt it ends
+//! under the same lock (`history`).
 
 use super::deployed_types::type_max_attempts;
+use super::history::Ending;
 use super::{finish, live, unfinished, MemoryStore};
+use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, Job, JobStatus};
 use crate::store::{
     CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams, RetryParams, StoreError,
@@ -117,10 +120,14 @@ pub(super) async fn complete(store: &MemoryStore, p: CompleteParams) -> Vec<Stri
     let now = store.clock.now();
     let mut out = Vec::new();
     {
-        let mut st = store.state.lock().await;
+        let mut guard = store.state.lock().await;
+        let st = &mut *guard;
         for c in p.jobs {
+            st.history.append(c.attempt.logs.clone());
             if let Some(job) = st.jobs.get_mut(&c.id) {
                 if owned_by(job, &p.worker_id) {
+                    let ending = Ending::of(&c.attempt, AttemptOutcome::Succeeded, None);
+                    st.history.record(job, ending, now);
                     finish(job, JobStatus::Succeeded, None, now);
                     job.result = c.result;
                     out.push(c.id);
@@ -136,10 +143,14 @@ pub(super) async fn complete(store: &MemoryStore, p: CompleteParams) -> Vec<Stri
 
 pub(super) async fn retry(store: &MemoryStore, p: RetryParams) -> bool {
     let now = store.clock.now();
-    let mut st = store.state.lock().await;
+    let mut guard = store.state.lock().await;
+    let st = &mut *guard;
+    st.history.append(p.attempt.logs.clone());
     let Some(job) = st.jobs.get_mut(&p.id).filter(|j| owned_by(j, &p.worker_id)) else {
         return false;
     };
+    let ending = Ending::of(&p.attempt, AttemptOutcome::Retried, Some(p.error.as_str()));
+    st.history.record(job, ending, now);
     job.status = JobStatus::Pending;
     job.lease_owner = None;
     job.lease_expires_at = None;
@@ -155,9 +166,17 @@ pub(super) async fn retry(store: &MemoryStore, p: RetryParams) -> bool {
 pub(super) async fn fail(store: &MemoryStore, p: FailParams) -> bool {
     let now = store.clock.now();
     let ok = {
-        let mut st = store.state.lock().await;
+        let mut guard = store.state.lock().await;
+        let st = &mut *guard;
+        st.history.append(p.attempt.logs.clone());
         match st.jobs.get_mut(&p.id).filter(|j| owned_by(j, &p.worker_id)) {
             Some(job) => {
+                let ending = Ending {
+                    code: p.code.as_deref(),
+                    details: p.details.as_deref(),
+                    ..Ending::of(&p.attempt, AttemptOutcome::Failed, Some(p.error.as_str()))
+                };
+                st.history.record(job, ending, now);
                 finish(job, JobStatus::Failed, Some(p.error), now);
                 job.error_code = p.code;
                 job.error_details = p.details;
@@ -174,10 +193,13 @@ pub(super) async fn fail(store: &MemoryStore, p: FailParams) -> bool {
 
 pub(super) async fn release(store: &MemoryStore, p: ReleaseParams) -> u64 {
     let now = store.clock.now();
-    let mut st = store.state.lock().await;
+    let mut guard = store.state.lock().await;
+    let st = &mut *guard;
     let mut n = 0;
     for id in p.ids {
         if let Some(job) = st.jobs.get_mut(&id).filter(|j| owned_by(j, &p.worker_id)) {
+            st.history
+                .record(job, Ending::bare(AttemptOutcome::Released, None), now);
             job.status = JobStatus::Pending;
             job.lease_owner = None;
             job.lease_expires_at = None;

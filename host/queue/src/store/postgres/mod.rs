@@ -19,6 +19,7 @@
 mod admin;
 mod deployed_types;
 mod events;
+mod history;
 mod listen;
 mod rows;
 mod schedules;
@@ -41,6 +42,7 @@ use super::{
     JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams, StoreError,
     StoreEvent, TxConn,
 };
+use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, StatusCounts};
 use crate::schedule::ScheduleRecord;

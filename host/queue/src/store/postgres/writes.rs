@@ -8,7 +8,9 @@
 //! unguarded claim selects candidates `FOR UPDATE SKIP LOCKED` and claims
 //! them in the same statement; many
 //! completions are one statement; every write after a claim is fenced on
-//! `status = running AND lease_owner = worker`. Engine transitions use the
+//! `status = running AND lease_owner = worker`, and one that ends an
+//! attempt runs in a transaction that first records the attempt and its
+//! unstored log lines under the same fence (`history`). Engine transitions use the
 //! `synchronous_commit = off` pool (see [`PostgresStore`]).
 
 use std::collections::HashMap;
@@ -16,9 +18,12 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
-use super::{tx, PostgresStore};
+use super::{history, tx, PostgresStore};
+use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, JobStatus};
-use crate::store::sql::{job_columns, jobs_from_rows, type_max_attempts, Dialect, LIVE};
+use crate::store::sql::{
+    job_columns, jobs_from_rows, type_max_attempts, Dialect, SqlEnding, LIVE,
+};
 use crate::store::{
     ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams,
     RetryParams, StoreError, EXPIRED_CODE, EXPIRED_ERROR,
@@ -262,7 +267,16 @@ pub(super) async fn complete(
 ) -> Result<Vec<String>, StoreError> {
     let ids: Vec<String> = p.jobs.iter().map(|c| c.id.clone()).collect();
     let results: Vec<Option<String>> = p.jobs.iter().map(|c| c.result.clone()).collect();
-    Ok(sqlx::query_scalar(&format!(
+    let mut tx = store.fast.begin().await?;
+    let endings: Vec<SqlEnding<'_>> = p
+        .jobs
+        .iter()
+        .map(|c| SqlEnding::of(&c.id, &c.attempt, AttemptOutcome::Succeeded, None))
+        .collect();
+    history::record(&mut tx, &store.sql, &endings, Some(&p.worker_id)).await?;
+    let logs = p.jobs.iter().flat_map(|c| &c.attempt.logs).collect();
+    history::store_logs(&mut tx, &store.sql, logs).await?;
+    let done = sqlx::query_scalar(&format!(
         "UPDATE {} j SET status = 'succeeded', result = c.result, finished_at = now(), \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          FROM unnest($1::text[], $2::text[]) AS c(id, result) \
@@ -272,40 +286,64 @@ pub(super) async fn complete(
     .bind(&ids)
     .bind(&results)
     .bind(&p.worker_id)
-    .fetch_all(&store.fast)
-    .await?)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(done)
 }
 
 pub(super) async fn retry(store: &PostgresStore, p: RetryParams) -> Result<bool, StoreError> {
+    let mut tx = store.fast.begin().await?;
+    let ending = SqlEnding::of(&p.id, &p.attempt, AttemptOutcome::Retried, Some(p.error.as_str()));
+    history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id)).await?;
+    history::store_logs(&mut tx, &store.sql, p.attempt.logs.iter().collect()).await?;
     let r = sqlx::query(&store.sql.retry())
         .bind(time::millis(p.delay))
         .bind(&p.error)
         .bind(p.consumes_attempt)
         .bind(&p.id)
         .bind(&p.worker_id)
-        .execute(&store.fast)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected() == 1)
 }
 
 pub(super) async fn fail(store: &PostgresStore, p: FailParams) -> Result<bool, StoreError> {
+    let mut tx = store.fast.begin().await?;
+    let ending = SqlEnding {
+        code: p.code.as_deref(),
+        details: p.details.as_deref(),
+        ..SqlEnding::of(&p.id, &p.attempt, AttemptOutcome::Failed, Some(p.error.as_str()))
+    };
+    history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id)).await?;
+    history::store_logs(&mut tx, &store.sql, p.attempt.logs.iter().collect()).await?;
     let r = sqlx::query(&store.sql.fail())
         .bind(&p.error)
         .bind(&p.id)
         .bind(&p.worker_id)
         .bind(&p.code)
         .bind(&p.details)
-        .execute(&store.fast)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected() == 1)
 }
 
 pub(super) async fn release(store: &PostgresStore, p: ReleaseParams) -> Result<u64, StoreError> {
+    let mut tx = store.fast.begin().await?;
+    let endings: Vec<SqlEnding<'_>> = p
+        .ids
+        .iter()
+        .map(|id| SqlEnding::bare(id, AttemptOutcome::Released, None))
+        .collect();
+    history::record(&mut tx, &store.sql, &endings, Some(&p.worker_id)).await?;
     let r = sqlx::query(&store.sql.release())
         .bind(&p.ids)
         .bind(&p.worker_id)
-        .execute(&store.fast)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected())
 }
 

@@ -14,12 +14,13 @@
 //!
 //! Modules by concern: `writes` (insert, claim, complete, retry, fail,
 //! release, progress), `admin` (inspect, cancel, retry failed, prune),
-//! `events`, `deployed_types`, `schedules`, `tx` (the primitives the shared policies run on:
+//! `events`, `deployed_types`, `history` (attempts and logs), `schedules`, `tx` (the primitives the shared policies run on:
 //! guarded claims, rescue, guard answers) and `rows` (column reads).
 
 mod admin;
 mod deployed_types;
 mod events;
+mod history;
 mod rows;
 mod schedules;
 mod tx;
@@ -43,6 +44,7 @@ use super::{
     JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams, StoreError,
     StoreEvent, TxConn,
 };
+use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
 use crate::schedule::ScheduleRecord;

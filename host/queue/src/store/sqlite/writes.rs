@@ -5,7 +5,10 @@
 //! deploy in the same statement (see `store::deployed_types`).
 //!
 //! Invariant: every state change is a single conditional `UPDATE`, fenced
-//! on `status = running AND lease_owner = worker` after a claim. An
+//! on `status = running AND lease_owner = worker` after a claim; a
+//! transition that ends an attempt runs in a `BEGIN IMMEDIATE` transaction
+//! that first records the attempt (and its unstored log lines) under the
+//! same fence (`history`). An
 //! unguarded claim is one `UPDATE … WHERE id IN (SELECT … LIMIT n)
 //! RETURNING`: SQLite takes the write lock before the statement reads, so
 //! candidates cannot be claimed twice. Writers of this process queue on the
@@ -17,9 +20,10 @@ use chrono::Utc;
 use sqlx::SqliteConnection;
 
 use super::rows::{json_list, ms};
-use super::{tx, SqliteStore};
+use super::{history, tx, SqliteStore};
+use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, JobStatus};
-use crate::store::sql::{jobs_from_rows, type_max_attempts, JOB_COLS, LIVE};
+use crate::store::sql::{jobs_from_rows, type_max_attempts, SqlEnding, JOB_COLS, LIVE};
 use crate::store::{
     ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams,
     RetryParams, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR,
@@ -212,6 +216,15 @@ pub(super) async fn complete(
             .collect(),
     )
     .to_string();
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let endings: Vec<SqlEnding<'_>> = p
+        .jobs
+        .iter()
+        .map(|c| SqlEnding::of(&c.id, &c.attempt, AttemptOutcome::Succeeded, None))
+        .collect();
+    history::record(&mut tx, &store.sql, &endings, Some(&p.worker_id), now).await?;
+    let logs = p.jobs.iter().flat_map(|c| &c.attempt.logs).collect();
+    history::store_logs(&mut tx, &store.sql, logs).await?;
     let done: Vec<String> = sqlx::query_scalar(
         "UPDATE boxcar_jobs SET status = 'succeeded', result = c.result, finished_at = ?1, \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1 \
@@ -223,8 +236,9 @@ pub(super) async fn complete(
     .bind(now)
     .bind(batch)
     .bind(&p.worker_id)
-    .fetch_all(&store.pool)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     for id in &done {
         store.notify(StoreEvent::Finished(id.clone()));
     }
@@ -233,29 +247,45 @@ pub(super) async fn complete(
 
 pub(super) async fn retry(store: &SqliteStore, p: RetryParams) -> Result<bool, StoreError> {
     let _w = store.write.lock().await;
+    let now = ms(Utc::now());
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let ending = SqlEnding::of(&p.id, &p.attempt, AttemptOutcome::Retried, Some(p.error.as_str()));
+    history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id), now).await?;
+    history::store_logs(&mut tx, &store.sql, p.attempt.logs.iter().collect()).await?;
     let r = sqlx::query(&store.sql.retry())
         .bind(time::millis(p.delay))
         .bind(&p.error)
         .bind(p.consumes_attempt)
         .bind(&p.id)
         .bind(&p.worker_id)
-        .bind(ms(Utc::now()))
-        .execute(&store.pool)
+        .bind(now)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected() == 1)
 }
 
 pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, StoreError> {
     let _w = store.write.lock().await;
+    let now = ms(Utc::now());
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let ending = SqlEnding {
+        code: p.code.as_deref(),
+        details: p.details.as_deref(),
+        ..SqlEnding::of(&p.id, &p.attempt, AttemptOutcome::Failed, Some(p.error.as_str()))
+    };
+    history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id), now).await?;
+    history::store_logs(&mut tx, &store.sql, p.attempt.logs.iter().collect()).await?;
     let r = sqlx::query(&store.sql.fail())
         .bind(&p.error)
         .bind(&p.id)
         .bind(&p.worker_id)
         .bind(&p.code)
         .bind(&p.details)
-        .bind(ms(Utc::now()))
-        .execute(&store.pool)
+        .bind(now)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     let ok = r.rows_affected() == 1;
     if ok {
         store.notify(StoreEvent::Finished(p.id));
@@ -265,12 +295,21 @@ pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, Sto
 
 pub(super) async fn release(store: &SqliteStore, p: ReleaseParams) -> Result<u64, StoreError> {
     let _w = store.write.lock().await;
+    let now = ms(Utc::now());
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let endings: Vec<SqlEnding<'_>> = p
+        .ids
+        .iter()
+        .map(|id| SqlEnding::bare(id, AttemptOutcome::Released, None))
+        .collect();
+    history::record(&mut tx, &store.sql, &endings, Some(&p.worker_id), now).await?;
     let r = sqlx::query(&store.sql.release())
         .bind(json_list(&p.ids))
         .bind(&p.worker_id)
-        .bind(ms(Utc::now()))
-        .execute(&store.pool)
+        .bind(now)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected())
 }
 

@@ -28,6 +28,7 @@ async fn retry_failed_and_prune(fx: &Fixture) {
                 error: "boom".into(),
                 code: None,
                 details: None,
+                attempt: Default::default(),
             })
             .await
             .unwrap();
@@ -64,6 +65,7 @@ async fn retry_failed_and_prune(fx: &Fixture) {
         .map(|j| Completed {
             id: j.id.clone(),
             result: None,
+            attempt: Default::default(),
         })
         .collect();
     fx.store
@@ -143,6 +145,7 @@ async fn cancels(fx: &Fixture) {
             jobs: vec![Completed {
                 id: r1.clone(),
                 result: None,
+                attempt: Default::default(),
             }],
         })
         .await
@@ -198,6 +201,7 @@ async fn flows(fx: &Fixture) {
             jobs: vec![Completed {
                 id: kids.claimed[0].id.clone(),
                 result: Some("1".into()),
+                attempt: Default::default(),
             }],
         })
         .await
@@ -209,6 +213,7 @@ async fn flows(fx: &Fixture) {
             error: "no".into(),
             code: None,
             details: None,
+            attempt: Default::default(),
         })
         .await
         .unwrap();

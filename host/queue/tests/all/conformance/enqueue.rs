@@ -46,6 +46,7 @@ async fn dedupe(fx: &Fixture) {
             jobs: vec![Completed {
                 id: c.claimed[0].id.clone(),
                 result: Some("{\"ok\":true}".into()),
+                attempt: Default::default(),
             }],
         })
         .await

@@ -49,6 +49,7 @@ async fn fenced(fx: &Fixture) {
             jobs: vec![Completed {
                 id: id.clone(),
                 result: None,
+                attempt: Default::default(),
             }],
         })
         .await
@@ -60,6 +61,7 @@ async fn fenced(fx: &Fixture) {
         delay: Duration::ZERO,
         error: "x".into(),
         consumes_attempt: true,
+        attempt: Default::default(),
     };
     assert!(!fx.store.retry(retry).await.unwrap());
     let fail = FailParams {
@@ -68,6 +70,7 @@ async fn fenced(fx: &Fixture) {
         error: "x".into(),
         code: None,
         details: None,
+        attempt: Default::default(),
     };
     assert!(!fx.store.fail(fail).await.unwrap());
     assert!(!fx.store.set_progress(W1, &id, "{}").await.unwrap());

@@ -16,6 +16,7 @@ mod claim;
 mod deployed_types;
 mod enqueue;
 mod guard;
+mod history;
 mod lease;
 mod outcome;
 mod time;

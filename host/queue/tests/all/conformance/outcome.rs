@@ -26,6 +26,7 @@ async fn transitions(fx: &Fixture) {
         delay: Duration::from_secs(3600),
         error: "rate limited".into(),
         consumes_attempt: false,
+        attempt: Default::default(),
     };
     assert!(fx.store.retry(r).await.unwrap());
     let j = fx.store.get(&id).await.unwrap().unwrap();
@@ -54,6 +55,7 @@ async fn transitions(fx: &Fixture) {
         error: "bad input".into(),
         code: None,
         details: None,
+        attempt: Default::default(),
     };
     assert!(fx.store.fail(f).await.unwrap());
     let j = fx.store.get(&id2).await.unwrap().unwrap();
@@ -85,6 +87,7 @@ async fn transitions(fx: &Fixture) {
             jobs: vec![Completed {
                 id: id3.clone(),
                 result: None,
+                attempt: Default::default(),
             }],
         })
         .await

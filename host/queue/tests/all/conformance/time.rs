@@ -70,6 +70,7 @@ async fn enormous_durations(fx: &Fixture) {
             delay: FOREVER,
             error: "come back much later".into(),
             consumes_attempt: true,
+            attempt: Default::default(),
         })
         .await
         .unwrap();
