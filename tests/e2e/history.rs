@@ -9,6 +9,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use boxcar_queue::JobStore;
 use serde_json::Value;
 
 use crate::{
@@ -46,11 +47,7 @@ fn three_attempts_logging_three_lines_each_show_nine_lines() {
     let serve = env.serve("serve", &[]);
     serve.wait_for_log("handler deployed", Duration::from_secs(60));
     let id = env
-        .ok(&[
-            "enqueue",
-            "flaky",
-            r#"{"succeed_on": 3, "log_lines": 3}"#,
-        ])
+        .ok(&["enqueue", "flaky", r#"{"succeed_on": 3, "log_lines": 3}"#])
         .trim()
         .to_string();
     let job = finished(&env, &id);
@@ -84,9 +81,18 @@ fn three_attempts_logging_three_lines_each_show_nine_lines() {
     assert!(second.lines().all(|l| l.contains("attempt 2 line")));
 
     let table = env.ok(&["job", &id]);
-    assert!(table.contains("OUTCOME") && table.contains("retried"), "{table}");
+    assert!(
+        table.contains("OUTCOME") && table.contains("retried"),
+        "{table}"
+    );
 
-    let (status, body) = http(&serve.listen, "GET", &format!("/jobs/{id}/attempts"), None, None);
+    let (status, body) = http(
+        &serve.listen,
+        "GET",
+        &format!("/jobs/{id}/attempts"),
+        None,
+        None,
+    );
     assert_eq!(status, 200, "{body}");
     assert_eq!(body.as_array().map(Vec::len), Some(3), "{body}");
     let (status, body) = http(
@@ -162,8 +168,20 @@ fn follow_prints_lines_while_the_job_runs_and_exits_when_it_ends() {
 fn the_sandbox_figures_of_hostile_guests_are_on_their_attempts() {
     let env = Env::sqlite();
     env.fast_config("");
-    env.deploy("memory-hog", "memory-hog", boxcar_examples::get("memory-hog").expect("memory-hog").manifest_text);
-    env.deploy("log-flood", "log-flood", boxcar_examples::get("log-flood").expect("log-flood").manifest_text);
+    env.deploy(
+        "memory-hog",
+        "memory-hog",
+        boxcar_examples::get("memory-hog")
+            .expect("memory-hog")
+            .manifest_text,
+    );
+    env.deploy(
+        "log-flood",
+        "log-flood",
+        boxcar_examples::get("log-flood")
+            .expect("log-flood")
+            .manifest_text,
+    );
     env.deploy(
         "spin",
         "spin",
@@ -194,7 +212,10 @@ fn the_sandbox_figures_of_hostile_guests_are_on_their_attempts() {
     let a = attempt(&hog);
     assert_eq!(a["outcome"], "out_of_memory", "{a}");
     let peak = a["peak_memory_bytes"].as_u64().expect("peak memory");
-    assert!(peak <= cap && peak > cap - (2 << 20), "peak {peak} near the 32 MiB cap: {a}");
+    assert!(
+        peak <= cap && peak > cap - (2 << 20),
+        "peak {peak} near the 32 MiB cap: {a}"
+    );
 
     let a = attempt(&flood);
     assert_eq!(a["outcome"], "limit_exceeded", "{a}");
@@ -206,7 +227,9 @@ fn the_sandbox_figures_of_hostile_guests_are_on_their_attempts() {
     let (marker, guest) = lines.split_last().expect("lines");
     assert_eq!(marker["level"], "host", "{marker}");
     assert!(
-        marker["message"].as_str().is_some_and(|m| m.contains("bytes dropped")),
+        marker["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("bytes dropped")),
         "{marker}"
     );
     let stored: usize = guest
@@ -231,7 +254,10 @@ fn the_sandbox_figures_of_hostile_guests_are_on_their_attempts() {
     assert_eq!(a["result_bytes"], r#"{"hello":"world"}"#.len(), "{a}");
     assert_eq!(a["log_bytes"], 0, "{a}");
     assert!(a["wall_ms"].as_u64().is_some_and(|ms| ms < 1000), "{a}");
-    assert!(a["peak_memory_bytes"].as_u64().is_some_and(|b| b > 0), "{a}");
+    assert!(
+        a["peak_memory_bytes"].as_u64().is_some_and(|b| b > 0),
+        "{a}"
+    );
 }
 
 #[test]

@@ -58,7 +58,6 @@ mod validate;
 
 pub use attempt::{Attempt, AttemptOutcome, AttemptUsage, LogLine, LogQuery, StoredLogLine};
 pub use bounds::EnqueueBounds;
-pub use run_record::RunRecord;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{
     guest_dedupe_key, FiredTick, Maintenance, Scheduler, SchedulerHandle, Worker, WorkerHandle,
@@ -80,6 +79,7 @@ pub use registry::{
     HandlerEntry, HandlerSettings, PayloadValidator, PoolConfig, Registry, RegistryError,
     SchemaFailure,
 };
+pub use run_record::RunRecord;
 pub use store::connect::{connect, open_store};
 pub use store::{JobStore, StoreError, TxConn};
 pub use time::far_future;

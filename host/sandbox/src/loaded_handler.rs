@@ -144,14 +144,16 @@ impl LoadedHandler {
     }
 
     async fn execute(&self, job: JobRun, ctx: JobContext, deadline: Instant) -> Outcome {
-        let log = Arc::new(LogSink::new(
-            Arc::from(job.id.as_str()),
-            Arc::from(job.job_type.as_str()),
-            self.limits.max_log,
-            self.limits.max_log_line,
-            self.limits.max_log_lines,
-        )
-        .recording(Arc::clone(&ctx.record)));
+        let log = Arc::new(
+            LogSink::new(
+                Arc::from(job.id.as_str()),
+                Arc::from(job.job_type.as_str()),
+                self.limits.max_log,
+                self.limits.max_log_line,
+                self.limits.max_log_lines,
+            )
+            .recording(Arc::clone(&ctx.record)),
+        );
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(GuestOutput::stdout(Arc::clone(&log)))
             .stderr(GuestOutput::stderr(Arc::clone(&log)))

@@ -63,7 +63,11 @@ pub(super) async fn logs(
         job_id: id,
         attempt: q.attempt,
         after: q.after,
-        limit: Some(q.limit.unwrap_or(LogQuery::DEFAULT_LIMIT).min(LogQuery::DEFAULT_LIMIT)),
+        limit: Some(
+            q.limit
+                .unwrap_or(LogQuery::DEFAULT_LIMIT)
+                .min(LogQuery::DEFAULT_LIMIT),
+        ),
     };
     if q.follow.unwrap_or(0) == 0 {
         let lines = state.queue.logs(&query).await?;

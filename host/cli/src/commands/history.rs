@@ -68,11 +68,7 @@ pub fn attempts_json(attempts: &[Attempt]) -> serde_json::Result<serde_json::Val
 
 /// Prints one page of the lines of `query` after its cursor and moves the
 /// cursor past them; returns how many were printed.
-async fn print_page(
-    queue: &Queue,
-    query: &mut LogQuery,
-    json: bool,
-) -> anyhow::Result<usize> {
+async fn print_page(queue: &Queue, query: &mut LogQuery, json: bool) -> anyhow::Result<usize> {
     let lines = queue.logs(query).await?;
     for line in &lines {
         if json {

@@ -289,7 +289,11 @@ impl JobStore for TracedStore {
     }
 
     async fn append_logs(&self, lines: Vec<LogLine>) -> Result<(), StoreError> {
-        let span = debug_span!("store.append_logs", backend = self.backend(), n = lines.len());
+        let span = debug_span!(
+            "store.append_logs",
+            backend = self.backend(),
+            n = lines.len()
+        );
         traced(span, self.inner.append_logs(lines)).await
     }
 

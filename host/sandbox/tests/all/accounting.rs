@@ -20,10 +20,7 @@ async fn log_lines_are_recorded_in_order_with_their_levels() {
     assert!(matches!(outcome, Outcome::Succeeded { .. }), "{outcome:?}");
     let lines = record.take_logs();
     assert_eq!(lines.len(), 3, "{lines:?}");
-    assert_eq!(
-        lines.iter().map(|l| l.seq).collect::<Vec<_>>(),
-        [0, 1, 2]
-    );
+    assert_eq!(lines.iter().map(|l| l.seq).collect::<Vec<_>>(), [0, 1, 2]);
     assert!(lines.iter().all(|l| l.job_id == "job-1" && l.attempt == 1));
     let usage = record.usage();
     assert_eq!(
@@ -50,11 +47,18 @@ async fn a_cut_log_keeps_the_budget_and_ends_with_the_marker() {
     let outcome = flood
         .run(job("log-flood", "{}", Duration::from_secs(20)), ctx)
         .await;
-    assert!(matches!(outcome, Outcome::LimitExceeded { .. }), "{outcome:?}");
+    assert!(
+        matches!(outcome, Outcome::LimitExceeded { .. }),
+        "{outcome:?}"
+    );
     let lines = record.take_logs();
     let (marker, guest) = lines.split_last().expect("lines");
     assert_eq!(marker.level, "host");
-    assert!(marker.message.contains("bytes dropped"), "{}", marker.message);
+    assert!(
+        marker.message.contains("bytes dropped"),
+        "{}",
+        marker.message
+    );
     let stored: usize = guest.iter().map(|l| l.message.len()).sum();
     assert!(stored <= max_log && stored > max_log / 2, "{stored}");
 }
@@ -77,7 +81,10 @@ async fn peak_memory_reaches_the_cap_of_a_memory_hog() {
         .await;
     assert_eq!(outcome, Outcome::OutOfMemory);
     let peak = record.usage().peak_memory_bytes.expect("peak");
-    assert!(peak <= cap && peak > cap - (2 << 20), "peak {peak} of cap {cap}");
+    assert!(
+        peak <= cap && peak > cap - (2 << 20),
+        "peak {peak} of cap {cap}"
+    );
 }
 
 #[tokio::test]
@@ -119,7 +126,9 @@ async fn fuel_consumed_is_recorded_when_metered() {
         .expect("loads");
     let (ctx, _) = new_ctx();
     let record = ctx.record.clone();
-    let outcome = echo.run(job("echo", "{}", Duration::from_secs(10)), ctx).await;
+    let outcome = echo
+        .run(job("echo", "{}", Duration::from_secs(10)), ctx)
+        .await;
     assert!(matches!(outcome, Outcome::Succeeded { .. }), "{outcome:?}");
     let used = record.usage().fuel.expect("fuel");
     assert!(used > 0 && used < limit, "{used}");

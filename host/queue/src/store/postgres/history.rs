@@ -47,7 +47,10 @@ pub(super) async fn store_logs(
     Ok(())
 }
 
-pub(super) async fn attempts(store: &PostgresStore, job_id: &str) -> Result<Vec<Attempt>, StoreError> {
+pub(super) async fn attempts(
+    store: &PostgresStore,
+    job_id: &str,
+) -> Result<Vec<Attempt>, StoreError> {
     let rows = sqlx::query(&store.sql.attempts_of())
         .bind(job_id)
         .fetch_all(&store.pool)
@@ -55,7 +58,10 @@ pub(super) async fn attempts(store: &PostgresStore, job_id: &str) -> Result<Vec<
     rows.iter().map(attempt_from_row).collect()
 }
 
-pub(super) async fn append_logs(store: &PostgresStore, lines: Vec<LogLine>) -> Result<(), StoreError> {
+pub(super) async fn append_logs(
+    store: &PostgresStore,
+    lines: Vec<LogLine>,
+) -> Result<(), StoreError> {
     if lines.is_empty() {
         return Ok(());
     }
@@ -63,7 +69,10 @@ pub(super) async fn append_logs(store: &PostgresStore, lines: Vec<LogLine>) -> R
     store_logs(&mut conn, &store.sql, lines.iter().collect()).await
 }
 
-pub(super) async fn logs(store: &PostgresStore, q: &LogQuery) -> Result<Vec<StoredLogLine>, StoreError> {
+pub(super) async fn logs(
+    store: &PostgresStore,
+    q: &LogQuery,
+) -> Result<Vec<StoredLogLine>, StoreError> {
     let rows = sqlx::query(&store.sql.logs_of())
         .bind(&q.job_id)
         .bind(q.attempt.and_then(|a| i32::try_from(a).ok()))
@@ -73,4 +82,3 @@ pub(super) async fn logs(store: &PostgresStore, q: &LogQuery) -> Result<Vec<Stor
         .await?;
     rows.iter().map(log_from_row).collect()
 }
-

@@ -21,9 +21,7 @@ use sqlx::{PgConnection, Row};
 use super::{history, tx, PostgresStore};
 use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, JobStatus};
-use crate::store::sql::{
-    job_columns, jobs_from_rows, type_max_attempts, Dialect, SqlEnding, LIVE,
-};
+use crate::store::sql::{job_columns, jobs_from_rows, type_max_attempts, Dialect, SqlEnding, LIVE};
 use crate::store::{
     ClaimParams, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams,
     RetryParams, StoreError, EXPIRED_CODE, EXPIRED_ERROR,
@@ -294,7 +292,12 @@ pub(super) async fn complete(
 
 pub(super) async fn retry(store: &PostgresStore, p: RetryParams) -> Result<bool, StoreError> {
     let mut tx = store.fast.begin().await?;
-    let ending = SqlEnding::of(&p.id, &p.attempt, AttemptOutcome::Retried, Some(p.error.as_str()));
+    let ending = SqlEnding::of(
+        &p.id,
+        &p.attempt,
+        AttemptOutcome::Retried,
+        Some(p.error.as_str()),
+    );
     history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id)).await?;
     history::store_logs(&mut tx, &store.sql, p.attempt.logs.iter().collect()).await?;
     let r = sqlx::query(&store.sql.retry())
@@ -314,7 +317,12 @@ pub(super) async fn fail(store: &PostgresStore, p: FailParams) -> Result<bool, S
     let ending = SqlEnding {
         code: p.code.as_deref(),
         details: p.details.as_deref(),
-        ..SqlEnding::of(&p.id, &p.attempt, AttemptOutcome::Failed, Some(p.error.as_str()))
+        ..SqlEnding::of(
+            &p.id,
+            &p.attempt,
+            AttemptOutcome::Failed,
+            Some(p.error.as_str()),
+        )
     };
     history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id)).await?;
     history::store_logs(&mut tx, &store.sql, p.attempt.logs.iter().collect()).await?;

@@ -16,9 +16,7 @@
 use serde_json::{json, Value};
 
 use super::{Dialect, SqlRow};
-use crate::attempt::{
-    Attempt, AttemptEnd, AttemptOutcome, AttemptUsage, LogLine, StoredLogLine,
-};
+use crate::attempt::{Attempt, AttemptEnd, AttemptOutcome, AttemptUsage, LogLine, StoredLogLine};
 use crate::store::StoreError;
 
 /// The fields of one attempt ending, as bound in [`endings_json`].

@@ -49,7 +49,10 @@ pub(super) async fn store_logs(
     Ok(())
 }
 
-pub(super) async fn attempts(store: &SqliteStore, job_id: &str) -> Result<Vec<Attempt>, StoreError> {
+pub(super) async fn attempts(
+    store: &SqliteStore,
+    job_id: &str,
+) -> Result<Vec<Attempt>, StoreError> {
     let rows = sqlx::query(&store.sql.attempts_of())
         .bind(job_id)
         .fetch_all(&store.pool)
@@ -57,7 +60,10 @@ pub(super) async fn attempts(store: &SqliteStore, job_id: &str) -> Result<Vec<At
     rows.iter().map(attempt_from_row).collect()
 }
 
-pub(super) async fn append_logs(store: &SqliteStore, lines: Vec<LogLine>) -> Result<(), StoreError> {
+pub(super) async fn append_logs(
+    store: &SqliteStore,
+    lines: Vec<LogLine>,
+) -> Result<(), StoreError> {
     if lines.is_empty() {
         return Ok(());
     }
@@ -66,7 +72,10 @@ pub(super) async fn append_logs(store: &SqliteStore, lines: Vec<LogLine>) -> Res
     store_logs(&mut conn, &store.sql, lines.iter().collect()).await
 }
 
-pub(super) async fn logs(store: &SqliteStore, q: &LogQuery) -> Result<Vec<StoredLogLine>, StoreError> {
+pub(super) async fn logs(
+    store: &SqliteStore,
+    q: &LogQuery,
+) -> Result<Vec<StoredLogLine>, StoreError> {
     let rows = sqlx::query(&store.sql.logs_of())
         .bind(&q.job_id)
         .bind(q.attempt.map(i64::from))
@@ -76,4 +85,3 @@ pub(super) async fn logs(store: &SqliteStore, q: &LogQuery) -> Result<Vec<Stored
         .await?;
     rows.iter().map(log_from_row).collect()
 }
-

@@ -249,7 +249,12 @@ pub(super) async fn retry(store: &SqliteStore, p: RetryParams) -> Result<bool, S
     let _w = store.write.lock().await;
     let now = ms(Utc::now());
     let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
-    let ending = SqlEnding::of(&p.id, &p.attempt, AttemptOutcome::Retried, Some(p.error.as_str()));
+    let ending = SqlEnding::of(
+        &p.id,
+        &p.attempt,
+        AttemptOutcome::Retried,
+        Some(p.error.as_str()),
+    );
     history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id), now).await?;
     history::store_logs(&mut tx, &store.sql, p.attempt.logs.iter().collect()).await?;
     let r = sqlx::query(&store.sql.retry())
@@ -272,7 +277,12 @@ pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, Sto
     let ending = SqlEnding {
         code: p.code.as_deref(),
         details: p.details.as_deref(),
-        ..SqlEnding::of(&p.id, &p.attempt, AttemptOutcome::Failed, Some(p.error.as_str()))
+        ..SqlEnding::of(
+            &p.id,
+            &p.attempt,
+            AttemptOutcome::Failed,
+            Some(p.error.as_str()),
+        )
     };
     history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id), now).await?;
     history::store_logs(&mut tx, &store.sql, p.attempt.logs.iter().collect()).await?;

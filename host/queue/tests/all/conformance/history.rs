@@ -5,8 +5,8 @@
 
 use boxcar_queue::attempt::AttemptEnd;
 use boxcar_queue::store::{
-    CancelParams, CancelTarget, ClaimParams, CompleteParams, Completed, FailParams,
-    ReleaseParams, RescueParams, RetryParams,
+    CancelParams, CancelTarget, ClaimParams, CompleteParams, Completed, FailParams, ReleaseParams,
+    RescueParams, RetryParams,
 };
 use boxcar_queue::{AttemptOutcome, AttemptUsage, JobStatus, LogLine, LogQuery};
 use chrono::Utc;
@@ -62,7 +62,9 @@ async fn two_failures_then_success(fx: &Fixture) {
     let q = fx.queue();
     let id = add(&q, job("t").max_attempts(3)).await;
     let s = &fx.store;
-    s.claim_batch(claim_as("t", W1, "sha-a", LONG)).await.unwrap();
+    s.claim_batch(claim_as("t", W1, "sha-a", LONG))
+        .await
+        .unwrap();
     let running = q.attempts(&id).await.unwrap().unwrap();
     assert_eq!(running.len(), 1, "{running:?}");
     assert_eq!(running[0].outcome, AttemptOutcome::Running);
@@ -74,14 +76,18 @@ async fn two_failures_then_success(fx: &Fixture) {
         ..AttemptEnd::default()
     };
     assert!(s.retry(retry(W1, &id, first)).await.unwrap());
-    s.claim_batch(claim_as("t", W2, "sha-b", LONG)).await.unwrap();
+    s.claim_batch(claim_as("t", W2, "sha-b", LONG))
+        .await
+        .unwrap();
     let second = AttemptEnd {
         outcome: Some(AttemptOutcome::TimedOut),
         logs: lines(&id, 2, 3),
         ..AttemptEnd::default()
     };
     assert!(s.retry(retry(W2, &id, second)).await.unwrap());
-    s.claim_batch(claim_as("t", W1, "sha-c", LONG)).await.unwrap();
+    s.claim_batch(claim_as("t", W1, "sha-c", LONG))
+        .await
+        .unwrap();
     let usage = AttemptUsage {
         wall_ms: Some(7),
         peak_memory_bytes: Some(1 << 20),
@@ -194,12 +200,19 @@ async fn lease_lost_is_its_own_attempt(fx: &Fixture) {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(80)).await;
-    assert_eq!(s.rescue(RescueParams { limit: 100 }).await.unwrap().len(), 1);
+    assert_eq!(
+        s.rescue(RescueParams { limit: 100 }).await.unwrap().len(),
+        1
+    );
     assert!(
-        !s.retry(retry(W1, &id, AttemptEnd::default())).await.unwrap(),
+        !s.retry(retry(W1, &id, AttemptEnd::default()))
+            .await
+            .unwrap(),
         "the dead worker's late write is fenced"
     );
-    s.claim_batch(claim_as("t", W2, "sha-a", LONG)).await.unwrap();
+    s.claim_batch(claim_as("t", W2, "sha-a", LONG))
+        .await
+        .unwrap();
     let late = s
         .complete(complete(W1, &id, AttemptEnd::default()))
         .await
@@ -226,13 +239,17 @@ async fn release_gives_the_number_back(fx: &Fixture) {
     let q = fx.queue();
     let id = add(&q, job("t")).await;
     let s = &fx.store;
-    s.claim_batch(claim_as("t", W1, "sha-a", LONG)).await.unwrap();
+    s.claim_batch(claim_as("t", W1, "sha-a", LONG))
+        .await
+        .unwrap();
     let release = ReleaseParams {
         worker_id: W1.into(),
         ids: vec![id.clone()],
     };
     assert_eq!(s.release(release).await.unwrap(), 1);
-    s.claim_batch(claim_as("t", W2, "sha-a", LONG)).await.unwrap();
+    s.claim_batch(claim_as("t", W2, "sha-a", LONG))
+        .await
+        .unwrap();
     s.complete(complete(W2, &id, AttemptEnd::default()))
         .await
         .unwrap();
