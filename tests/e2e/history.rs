@@ -9,7 +9,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use boxcar_queue::JobStore;
 use serde_json::Value;
 
 use crate::{
