@@ -13,6 +13,7 @@ mod containment;
 mod db_faults;
 mod deploy;
 mod fleet;
+mod history;
 mod hostile;
 mod job_defaults;
 mod polyglot;

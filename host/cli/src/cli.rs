@@ -30,11 +30,13 @@ pub enum Command {
     Enqueue(EnqueueArgs),
     /// List jobs.
     Jobs(JobsArgs),
-    /// Show one job.
+    /// Show one job and its attempts.
     Job {
         /// The job id.
         id: String,
     },
+    /// Print the log lines a job's handler wrote, attempt by attempt.
+    Logs(LogsArgs),
     /// Count jobs by status.
     Counts,
     /// Cancel jobs: one by id, a scope, or by dedupe keys.
@@ -118,7 +120,8 @@ pub struct ServeArgs {
 pub struct EnqueueArgs {
     /// The job type.
     pub job_type: String,
-    /// The payload: a JSON object (default `{}`).
+    /// The payload: a JSON object (default `{}`), `-` to read it from
+    /// standard input, or `@FILE` to read it from a file.
     pub payload: Option<String>,
     /// Scope as TYPE:ID.
     #[arg(long)]
@@ -150,6 +153,19 @@ pub struct EnqueueArgs {
     /// How long --wait waits.
     #[arg(long, default_value = "30s", requires = "wait")]
     pub timeout: String,
+}
+
+/// `boxcar logs`.
+#[derive(Args, Debug)]
+pub struct LogsArgs {
+    /// The job id.
+    pub id: String,
+    /// Only this attempt.
+    #[arg(long)]
+    pub attempt: Option<u32>,
+    /// Keep printing new lines until the job finishes.
+    #[arg(long, short)]
+    pub follow: bool,
 }
 
 /// `boxcar jobs`.

@@ -5,7 +5,7 @@
 //! embedded as JSON values, not strings. The payload is deliberately absent:
 //! it may hold secrets, and nothing a user sees or an API returns shows it.
 
-use boxcar_queue::{schedule::ScheduleRecord, HandlerEvent, Job, Scope};
+use boxcar_queue::{schedule::ScheduleRecord, Attempt, HandlerEvent, Job, Scope, StoredLogLine};
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -143,6 +143,78 @@ impl From<&ScheduleRecord> for ScheduleView {
             last_run_at: s.last_run_at.map(time),
             owner: s.owner.clone(),
             updated_at: time(s.updated_at),
+        }
+    }
+}
+
+/// One attempt of a job as shown to users (figures `null` when unmeasured).
+#[derive(Debug, Serialize)]
+pub struct AttemptView {
+    pub attempt: u32,
+    pub outcome: String,
+    pub worker: Option<String>,
+    pub digest: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+    pub error: Option<String>,
+    pub error_code: Option<String>,
+    pub error_details: Option<Value>,
+    pub wall_ms: Option<u64>,
+    pub peak_memory_bytes: Option<u64>,
+    pub fuel: Option<u64>,
+    pub log_bytes: Option<u64>,
+    pub result_bytes: Option<u64>,
+    pub http_requests: Option<u64>,
+    pub http_bytes: Option<u64>,
+    pub enqueues: Option<u64>,
+}
+
+impl From<&Attempt> for AttemptView {
+    fn from(a: &Attempt) -> Self {
+        let u = &a.usage;
+        Self {
+            attempt: a.attempt,
+            outcome: a.outcome.as_str().to_string(),
+            worker: a.worker.clone(),
+            digest: a.digest.clone(),
+            started_at: a.started_at.map(time),
+            finished_at: a.finished_at.map(time),
+            error: a.error.clone(),
+            error_code: a.error_code.clone(),
+            error_details: a.error_details.as_deref().map(json_text),
+            wall_ms: u.wall_ms,
+            peak_memory_bytes: u.peak_memory_bytes,
+            fuel: u.fuel,
+            log_bytes: u.log_bytes,
+            result_bytes: u.result_bytes,
+            http_requests: u.http_requests,
+            http_bytes: u.http_bytes,
+            enqueues: u.enqueues,
+        }
+    }
+}
+
+/// One stored guest log line as shown to users.
+#[derive(Debug, Serialize)]
+pub struct LogLineView {
+    /// Pass as `after` to read on from this line.
+    pub cursor: i64,
+    pub attempt: u32,
+    pub seq: u32,
+    pub at: String,
+    pub level: String,
+    pub message: String,
+}
+
+impl From<&StoredLogLine> for LogLineView {
+    fn from(l: &StoredLogLine) -> Self {
+        Self {
+            cursor: l.cursor,
+            attempt: l.line.attempt,
+            seq: l.line.seq,
+            at: time(l.line.at),
+            level: l.line.level.clone(),
+            message: l.line.message.clone(),
         }
     }
 }

@@ -21,6 +21,8 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::run_record::RunRecord;
+
 /// A `(scope_type, scope_id)` pair, e.g. `("account", "42")`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Scope {
@@ -136,13 +138,16 @@ pub trait JobServices: Send + Sync {
     fn children(&self) -> BoxFuture<'_, Result<Vec<ChildSummary>, ServiceError>>;
 }
 
-/// Per-run context: cancellation and host services.
+/// Per-run context: cancellation, host services, and the run's record.
 #[derive(Clone)]
 pub struct JobContext {
     /// Fires when the run must stop (cancel, lease lost, shutdown).
     pub cancel: CancellationToken,
     /// Host services bound to this run.
     pub services: Arc<dyn JobServices>,
+    /// Where the handler reports what it measures and what the guest logs;
+    /// the engine stores it with the attempt.
+    pub record: Arc<RunRecord>,
 }
 
 /// Which bounded resource a guest exceeded.

@@ -10,6 +10,8 @@
 //!   with [`WorkerOptions`]; [`LifecycleObserver`]s see every transition;
 //! - guards and visibility: [`ClaimGuards`], [`Blocker`] (what holds a job
 //!   back), [`PoolStatus`];
+//! - what each run was and what it logged: [`attempt`] ([`Attempt`],
+//!   [`LogLine`]), measured through a [`RunRecord`] a handler fills;
 //! - recurring jobs: [`schedule`] and [`Scheduler`];
 //! - which types are known and their job defaults, from store state:
 //!   [`deployed`];
@@ -31,6 +33,7 @@
 //! keys prevent duplicate *enqueues*, not duplicate execution — write
 //! handlers to be idempotent.
 
+pub mod attempt;
 #[doc(hidden)]
 pub mod bench;
 pub mod bounds;
@@ -45,6 +48,7 @@ mod observer;
 mod options;
 mod queue;
 mod registry;
+mod run_record;
 pub mod schedule;
 pub mod store;
 #[cfg(feature = "test-util")]
@@ -52,6 +56,7 @@ pub mod testing;
 mod time;
 mod validate;
 
+pub use attempt::{Attempt, AttemptOutcome, AttemptUsage, LogLine, LogQuery, StoredLogLine};
 pub use bounds::EnqueueBounds;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{
@@ -74,6 +79,7 @@ pub use registry::{
     HandlerEntry, HandlerSettings, PayloadValidator, PoolConfig, Registry, RegistryError,
     SchemaFailure,
 };
+pub use run_record::RunRecord;
 pub use store::connect::{connect, open_store};
 pub use store::{JobStore, StoreError, TxConn};
 pub use time::far_future;

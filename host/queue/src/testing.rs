@@ -100,6 +100,7 @@ pub fn context_with(services: RecordingServices) -> (JobContext, Arc<RecordingSe
     let ctx = JobContext {
         cancel: CancellationToken::new(),
         services: services.clone(),
+        record: Arc::new(crate::RunRecord::new("job-1", 1)),
     };
     (ctx, services)
 }

@@ -23,6 +23,7 @@ fn ctx(services: &Arc<dyn JobServices>) -> JobContext {
     JobContext {
         cancel: CancellationToken::new(),
         services: Arc::clone(services),
+        record: Arc::new(boxcar_queue::RunRecord::new("job-1", 1)),
     }
 }
 

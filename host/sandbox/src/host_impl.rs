@@ -85,7 +85,13 @@ impl host::Host for HostState {
             max_attempts: options.max_attempts,
         };
         let services = self.services.clone();
-        Ok(services.enqueue(request).await.map_err(host_error))
+        let enqueued = services.enqueue(request).await;
+        if enqueued.is_ok() {
+            if let Some(record) = self.log.record() {
+                record.note_enqueue();
+            }
+        }
+        Ok(enqueued.map_err(host_error))
     }
 
     async fn children(&mut self) -> wasmtime::Result<Result<Vec<types::Child>, types::HostError>> {

@@ -363,6 +363,9 @@ impl WasiHttpHooks for HttpPolicy {
                 return Box::new(async { Err(HttpErrorCode::HttpRequestDenied) });
             }
         };
+        if let Some(record) = self.log.record() {
+            record.note_http_request();
+        }
         let left = self.deadline.saturating_duration_since(Instant::now());
         let clamp = |d: Option<std::time::Duration>| d.map_or(left, |d| d.min(left));
         let timeouts = Timeouts {
@@ -411,6 +414,7 @@ impl WasiHttpHooks for HttpPolicy {
                     inner: body,
                     left: max,
                     max,
+                    log,
                 }
                 .boxed_unsync()
             });
@@ -419,11 +423,13 @@ impl WasiHttpHooks for HttpPolicy {
     }
 }
 
-/// A response body that fails once more than `max` bytes came through.
+/// A response body that fails once more than `max` bytes came through;
+/// the bytes that did are counted in the run's record.
 struct CappedBody {
     inner: WasiBody,
     left: u64,
     max: u64,
+    log: Arc<LogSink>,
 }
 
 impl Body for CappedBody {
@@ -445,6 +451,9 @@ impl Body for CappedBody {
                     )))));
                 }
                 self.left -= len;
+                if let Some(record) = self.log.record() {
+                    record.note_http_bytes(len);
+                }
             }
         }
         polled

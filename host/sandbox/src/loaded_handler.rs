@@ -144,13 +144,16 @@ impl LoadedHandler {
     }
 
     async fn execute(&self, job: JobRun, ctx: JobContext, deadline: Instant) -> Outcome {
-        let log = Arc::new(LogSink::new(
-            Arc::from(job.id.as_str()),
-            Arc::from(job.job_type.as_str()),
-            self.limits.max_log,
-            self.limits.max_log_line,
-            self.limits.max_log_lines,
-        ));
+        let log = Arc::new(
+            LogSink::new(
+                Arc::from(job.id.as_str()),
+                Arc::from(job.job_type.as_str()),
+                self.limits.max_log,
+                self.limits.max_log_line,
+                self.limits.max_log_lines,
+            )
+            .recording(Arc::clone(&ctx.record)),
+        );
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(GuestOutput::stdout(Arc::clone(&log)))
             .stderr(GuestOutput::stderr(Arc::clone(&log)))
@@ -184,7 +187,11 @@ impl LoadedHandler {
         let state = HostState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            limiter: Limiter::new(&self.limits, self.shared.config.job_memories as usize),
+            limiter: Limiter::new(
+                &self.limits,
+                self.shared.config.job_memories as usize,
+                Arc::clone(&ctx.record),
+            ),
             log: Arc::clone(&log),
             services: ctx.services,
             limits: Arc::clone(&self.limits),
@@ -264,6 +271,12 @@ impl LoadedHandler {
         let wit_job = to_wit(job);
         let called = instance.call_handle(&mut *store, &wit_job).await;
         log.flush();
+        if self.shared.config.fuel {
+            if let (Ok(left), Some(record)) = (store.get_fuel(), log.record()) {
+                let given = self.limits.fuel.unwrap_or(u64::MAX);
+                record.set_fuel(given.saturating_sub(left));
+            }
+        }
         match called {
             Ok(Err(_)) if store.data().cancel.is_cancelled() => Outcome::Cancelled,
             Ok(Err(_)) if Instant::now() >= deadline => Outcome::TimedOut,

@@ -16,6 +16,10 @@
 //!   a guest cannot forge host log lines or terminal sequences.
 //! - The last bytes of stderr are kept (a few KiB) so a guest panic message
 //!   can be reported in `Trapped`.
+//! - Every emitted line (as escaped for the host's log) is also kept in the
+//!   run's [`RunRecord`], which the engine stores with the attempt; the
+//!   write that breaks the budget is replaced there by one marker line
+//!   saying how many bytes were dropped.
 
 use std::{
     borrow::Cow,
@@ -25,6 +29,7 @@ use std::{
     task::{Context, Poll},
 };
 
+use boxcar_queue::RunRecord;
 use bytes::Bytes;
 use wasmtime_wasi::{
     cli::{IsTerminal, StdoutStream},
@@ -73,6 +78,7 @@ pub(crate) struct LogSink {
     max_line: usize,
     max_lines: usize,
     state: Mutex<SinkState>,
+    record: Option<Arc<RunRecord>>,
 }
 
 #[derive(Default)]
@@ -100,7 +106,19 @@ impl LogSink {
             max_line,
             max_lines,
             state: Mutex::new(SinkState::default()),
+            record: None,
         }
+    }
+
+    /// Also keeps every line (and the marker of a cut) in `record`.
+    pub(crate) fn recording(mut self, record: Arc<RunRecord>) -> Self {
+        self.record = Some(record);
+        self
+    }
+
+    /// The run's record, when there is one.
+    pub(crate) fn record(&self) -> Option<&RunRecord> {
+        self.record.as_deref()
     }
 
     fn lock(&self) -> MutexGuard<'_, SinkState> {
@@ -151,6 +169,11 @@ impl LogSink {
         let used = state.used.saturating_add(cost);
         let count = state.lines.saturating_add(lines);
         if state.exceeded || used > self.max_log || count > self.max_lines {
+            if !state.exceeded {
+                if let Some(record) = &self.record {
+                    record.log_cut(self.max_log, len);
+                }
+            }
             state.exceeded = true;
             return Err(LogLimitReached {
                 limit: self.max_log,
@@ -252,6 +275,18 @@ impl LogSink {
             Level::Info => ev!(info),
             Level::Warn => ev!(warn),
             Level::Error => ev!(error),
+        }
+        if let Some(record) = &self.record {
+            let name = match (source, level) {
+                (Source::Stdout, _) => "stdout",
+                (Source::Stderr, _) => "stderr",
+                (Source::Log, Level::Trace) => "trace",
+                (Source::Log, Level::Debug) => "debug",
+                (Source::Log, Level::Info) => "info",
+                (Source::Log, Level::Warn) => "warn",
+                (Source::Log, Level::Error) => "error",
+            };
+            record.log(name, &line);
         }
     }
 }

@@ -9,7 +9,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use boxcar_queue::{JobServices, LimitKind, Outcome};
+use boxcar_queue::{JobServices, LimitKind, Outcome, RunRecord};
 use tokio_util::sync::CancellationToken;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
@@ -88,10 +88,12 @@ pub(crate) struct Limiter {
     pub(crate) instances: usize,
     pub(crate) memories: usize,
     pub(crate) violation: Option<Outcome>,
+    /// Where the high-water mark of `memory_used` is reported.
+    record: Arc<RunRecord>,
 }
 
 impl Limiter {
-    pub(crate) fn new(limits: &HandlerLimits, memories: usize) -> Self {
+    pub(crate) fn new(limits: &HandlerLimits, memories: usize, record: Arc<RunRecord>) -> Self {
         Self {
             memory: usize::try_from(limits.memory).unwrap_or(usize::MAX),
             memory_used: 0,
@@ -103,6 +105,7 @@ impl Limiter {
             instances: limits.instances,
             memories,
             violation: None,
+            record,
         }
     }
 }
@@ -124,6 +127,8 @@ impl ResourceLimiter for Limiter {
         }
         self.memory_used = total;
         self.memory_last = (current, desired);
+        self.record
+            .note_memory(u64::try_from(total).unwrap_or(u64::MAX));
         Ok(true)
     }
 

@@ -1,8 +1,9 @@
 //! Sleeps `ms` milliseconds in `step_ms` steps (default 5), checking
 //! `cancelled()` between steps; on cancel it returns a retryable error at
 //! once. With `busy: true` it busy-waits on the clock instead of sleeping.
+//! With `log_steps: true` it logs a line after every step (`step N`).
 //!
-//! Payload: `{"ms": 1000, "step_ms": 5, "busy": false}`.
+//! Payload: `{"ms": 1000, "step_ms": 5, "busy": false, "log_steps": false}`.
 
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,8 @@ struct Params {
     step_ms: Option<u64>,
     #[serde(default)]
     busy: bool,
+    #[serde(default)]
+    log_steps: bool,
 }
 
 #[derive(Serialize)]
@@ -45,6 +48,9 @@ fn cooperative_sleep(job: Job<Params>) -> Result<Slept, Error> {
             std::thread::sleep(this);
         }
         steps += 1;
+        if p.log_steps {
+            boxcar_guest::info!("step {}", steps);
+        }
     }
     Ok(Slept {
         slept_ms: p.ms,

@@ -71,6 +71,7 @@ async fn failed_job(queue: &Queue) -> String {
                 error: "boom".into(),
                 code: None,
                 details: None,
+                ending: Default::default(),
             })
             .await
             .expect("fail");

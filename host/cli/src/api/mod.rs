@@ -13,6 +13,7 @@
 
 mod browser;
 mod error;
+mod history;
 mod metrics;
 mod requests;
 
@@ -72,6 +73,8 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/retry-failed", post(retry_failed))
         .route("/jobs/{id}", get(get_job))
         .route("/jobs/{id}/wait", get(wait_job))
+        .route("/jobs/{id}/attempts", get(history::attempts))
+        .route("/jobs/{id}/logs", get(history::logs))
         .route("/jobs/{id}/cancel", post(cancel_job))
         .route("/scopes/{scope_type}/{scope_id}/cancel", post(cancel_scope))
         .route("/counts", get(counts))

@@ -10,6 +10,7 @@ use chrono::Utc;
 use serde_json::json;
 
 use super::context::Context;
+use super::history;
 use crate::error::usage;
 use crate::{
     api::parse_scope,
@@ -131,12 +132,16 @@ pub async fn job(context: Context, id: &str) -> anyhow::Result<()> {
     let blocked_by = queue
         .blocked_by(&job, &configured_guards(&context, &job.job_type))
         .await?;
+    let attempts = queue.attempts(id).await?.unwrap_or_default();
     let view = JobView::from(&job);
     let mut value = serde_json::to_value(&view)?;
     if let (Some(why), Some(fields)) = (blocked_by, value.as_object_mut()) {
         fields.insert("blocked_by".into(), why.to_string().into());
     }
     if context.json {
+        if let Some(fields) = value.as_object_mut() {
+            fields.insert("attempt_history".into(), history::attempts_json(&attempts)?);
+        }
         return print_json(&value);
     }
     if let Some(fields) = value.as_object() {
@@ -148,6 +153,10 @@ pub async fn job(context: Context, id: &str) -> anyhow::Result<()> {
             };
             println!("{key:<16} {}", printable(&text));
         }
+    }
+    if !attempts.is_empty() {
+        println!();
+        print!("{}", history::attempts_table(&attempts));
     }
     Ok(())
 }

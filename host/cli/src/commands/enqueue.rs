@@ -33,8 +33,34 @@ fn empty_object() -> Value {
     json!({})
 }
 
+/// The payload argument's text: `{}` when absent, standard input for `-`,
+/// a file's contents for `@FILE`, else the argument itself (a command
+/// line holds at most about 128 KiB; larger payloads come by `-` or `@`).
+fn payload_text(arg: Option<&str>) -> anyhow::Result<String> {
+    match arg {
+        None => Ok("{}".to_string()),
+        Some("-") => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|e| {
+                usage(format!(
+                    "reading the payload from standard input: {e}; pipe a UTF-8 JSON object"
+                ))
+            })?;
+            Ok(text)
+        }
+        Some(arg) => match arg.strip_prefix('@') {
+            Some(path) => std::fs::read_to_string(path).map_err(|e| {
+                usage(format!(
+                    "reading the payload from `{path}`: {e}; give @FILE of a UTF-8 JSON object"
+                ))
+            }),
+            None => Ok(arg.to_string()),
+        },
+    }
+}
+
 pub async fn run(context: Context, args: EnqueueArgs) -> anyhow::Result<()> {
-    let payload = args.payload.clone().unwrap_or_else(|| "{}".to_string());
+    let payload = payload_text(args.payload.as_deref())?;
     let mut job = NewJob::from_text(args.job_type.clone(), payload);
     job.scope = scope_arg(args.scope.as_deref())?;
     job.dedupe_key = args.dedupe_key.clone();

@@ -9,6 +9,7 @@ mod context;
 mod demo;
 mod enqueue;
 mod examples;
+mod history;
 mod schedules;
 mod serve;
 
@@ -27,6 +28,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Enqueue(args) => enqueue::run(context, args).await,
         Command::Jobs(args) => admin::jobs(context, args).await,
         Command::Job { id } => admin::job(context, &id).await,
+        Command::Logs(args) => history::logs(context, args).await,
         Command::Counts => admin::counts(context).await,
         Command::Cancel(args) => admin::cancel(context, args).await,
         Command::RetryFailed(args) => admin::retry_failed(context, args).await,

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::unstorable::{fail_unstorable, is_refusal};
 use super::Engine;
+use crate::attempt::AttemptEnd;
 use crate::handler::Scope;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::store::{ClaimRef, CompleteParams, Completed, StoreError};
@@ -35,6 +36,9 @@ pub(crate) struct Done {
     pub duration: Duration,
     /// A flow child: its parent may become claimable once this lands.
     pub has_parent: bool,
+    /// The attempt this completion ends (recorded in the batch's
+    /// transaction).
+    pub ending: AttemptEnd,
 }
 
 /// Transient failures of one `complete` round trip are retried this often.
@@ -50,6 +54,7 @@ async fn complete(engine: &Engine, jobs: &[Done]) -> Result<Vec<String>, StoreEr
                 id: d.claim.id.clone(),
                 attempt: d.claim.attempt,
                 result: d.result.clone(),
+                ending: d.ending.clone(),
             })
             .collect(),
     };
@@ -92,7 +97,7 @@ pub(super) async fn write(engine: &Engine, batch: Vec<Done>) {
     let applied_set: std::collections::HashSet<&str> = applied.iter().map(String::as_str).collect();
     if batch
         .iter()
-        .any(|d| d.has_parent && applied_set.contains(d.id.as_str()))
+        .any(|d| d.has_parent && applied_set.contains(d.claim.id.as_str()))
     {
         // A parent's type is not in the dispatcher's due-set while its
         // children run: ask the store which types are due.

@@ -16,6 +16,13 @@
 //!   a host-written failure (`unstorable`), never left to lease expiry.
 //! - Deadlines and lease instants are computed with checked arithmetic
 //!   (settings are bounded at registration; this is the second line).
+//! - Every run has a [`RunRecord`]: the guest's log lines are stored with
+//!   the attempt's transition (same transaction), and a long run's lines
+//!   every [`LOG_FLUSH_EVERY`] meanwhile (one write for all its new lines,
+//!   so `logs --follow` sees them); a run that ends without a transition of
+//!   its own (cancel, lost lease, shutdown) stores its last lines unfenced.
+//!   The measurement costs the engine two `Instant`s and a few relaxed
+//!   atomics per run.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,13 +34,53 @@ use super::handler_output::admit;
 use super::services::RunServices;
 use super::unstorable::{fail_unstorable, is_refusal};
 use super::{backoff::retry_delay, Engine};
+use crate::attempt::{AttemptEnd, AttemptOutcome};
 use crate::handler::{JobContext, JobRun, Outcome};
 use crate::inflight::{AbortReason, RunHandle};
 use crate::job::{Job, JobStatus};
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::registry::HandlerEntry;
+use crate::run_record::RunRecord;
 use crate::store::{ClaimRef, FailParams, ReleaseParams, RenewParams, RetryParams};
 use crate::time;
+
+/// How often a running job's new log lines are stored.
+pub(crate) const LOG_FLUSH_EVERY: Duration = Duration::from_millis(250);
+
+/// Stores the lines `record` holds, outside any transition.
+async fn flush_logs(engine: &Engine, record: &RunRecord) {
+    let lines = record.take_logs();
+    if lines.is_empty() {
+        return;
+    }
+    if let Err(e) = engine.store.append_logs(lines).await {
+        tracing::warn!(error = %e, "storing a running job's log lines failed; those lines are lost");
+    }
+}
+
+/// The attempt a run ends: its cause, figures and unstored lines.
+fn attempt_end(record: &RunRecord, outcome: &Outcome, duration: Duration) -> AttemptEnd {
+    let mut usage = record.usage();
+    usage.wall_ms = Some(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX));
+    let (cause, returned) = match outcome {
+        Outcome::Succeeded { result } => (None, result.as_ref().map(String::len)),
+        Outcome::Retryable { .. } => (None, None),
+        Outcome::Terminal { details, .. } => (None, details.as_ref().map(String::len)),
+        Outcome::Trapped { .. } => (Some(AttemptOutcome::Trapped), None),
+        Outcome::TimedOut => (Some(AttemptOutcome::TimedOut), None),
+        Outcome::Cancelled => (Some(AttemptOutcome::Cancelled), None),
+        Outcome::OutOfMemory => (Some(AttemptOutcome::OutOfMemory), None),
+        Outcome::FuelExhausted => (Some(AttemptOutcome::FuelExhausted), None),
+        Outcome::LimitExceeded { .. } => (Some(AttemptOutcome::LimitExceeded), None),
+        Outcome::HostError { .. } => (Some(AttemptOutcome::HostError), None),
+    };
+    usage.result_bytes = Some(returned.unwrap_or(0) as u64);
+    AttemptEnd {
+        outcome: cause,
+        usage,
+        logs: record.take_logs(),
+    }
+}
 
 /// Renews the lease once; `Ok(false)` when the store refused (lease lost).
 async fn renew(engine: &Engine, claim: &ClaimRef, lease: Duration) -> Result<bool, ()> {
@@ -59,6 +106,7 @@ async fn supervise(
     handle: &RunHandle,
     mut fut: futures::future::BoxFuture<'static, Outcome>,
     deadline: tokio::time::Instant,
+    record: &RunRecord,
 ) -> Outcome {
     let renewal = entry.settings.lease_duration.map(|lease| {
         let every = entry.settings.lease_renew_interval.unwrap_or(lease / 3);
@@ -67,10 +115,15 @@ async fn supervise(
     let mut lease_valid_until = renewal.map(|(l, _)| time::instant_after(l));
     let mut next_renewal = renewal.map(|(_, every)| time::instant_after(every));
     let mut timed_out = false;
+    let mut next_flush = time::instant_after(LOG_FLUSH_EVERY);
     loop {
         let renew_at = next_renewal.unwrap_or(deadline);
         tokio::select! {
             out = &mut fut => return out,
+            () = tokio::time::sleep_until(next_flush) => {
+                flush_logs(engine, record).await;
+                next_flush = time::instant_after(LOG_FLUSH_EVERY);
+            }
             () = tokio::time::sleep_until(deadline) => {
                 timed_out = true;
                 handle.token.cancel();
@@ -133,7 +186,9 @@ pub(crate) async fn run_job(
         parent_id: job.parent_id.clone(),
         deadline: time::after(Utc::now(), timeout),
     };
+    let record = Arc::new(RunRecord::new(job.id.clone(), job.attempts));
     let ctx = JobContext {
+        record: Arc::clone(&record),
         cancel: handle.token.clone(),
         services: Arc::new(RunServices {
             queue: engine.queue.clone(),
@@ -146,10 +201,15 @@ pub(crate) async fn run_job(
     };
     let fut = entry.handler.handle(run, ctx);
     let deadline = time::instant_after(timeout);
-    let outcome = admit(supervise(&engine, &entry, &job, &handle, fut, deadline).await);
+    let supervised = supervise(&engine, &entry, &job, &handle, fut, deadline, &record).await;
+    let outcome = admit(supervised);
     engine.queue.inflight().remove(&claim);
     let duration = started.elapsed();
     let worker_id = engine.opts.worker_id.clone();
+    if handle.reason().is_some() {
+        flush_logs(&engine, &record).await;
+    }
+    let attempt = attempt_end(&record, &outcome, duration);
 
     match (handle.reason(), outcome) {
         (Some(AbortReason::Cancelled), _) => {
@@ -185,6 +245,7 @@ pub(crate) async fn run_job(
                 scope: job.scope.clone(),
                 duration,
                 has_parent: job.parent_id.is_some(),
+                ending: attempt,
             };
             if engine.completions.send(done).await.is_err() {
                 tracing::error!(job_id = %job.id, "outcome writer stopped; the job is recovered after its lease");
@@ -198,7 +259,7 @@ pub(crate) async fn run_job(
                 details,
             },
         ) => {
-            fail(&engine, &job, message, (code, details), duration).await;
+            fail(&engine, &job, message, (code, details), attempt, duration).await;
         }
         (None, other) => {
             let (retry_after, consumes) = match &other {
@@ -213,9 +274,10 @@ pub(crate) async fn run_job(
                 .error_message()
                 .unwrap_or_else(|| "unknown failure".into());
             if consumes && job.attempts >= job.max_attempts {
-                fail(&engine, &job, message, (None, None), duration).await;
+                fail(&engine, &job, message, (None, None), attempt, duration).await;
             } else {
-                retry(&engine, &job, message, retry_after, consumes, duration).await;
+                let backoff = (retry_after, consumes);
+                retry(&engine, &job, message, backoff, attempt, duration).await;
             }
         }
     }
@@ -245,8 +307,8 @@ pub(super) async fn retry(
     engine: &Engine,
     job: &Job,
     message: String,
-    retry_after: Option<Duration>,
-    consumes_attempt: bool,
+    (retry_after, consumes_attempt): (Option<Duration>, bool),
+    ending: AttemptEnd,
     duration: Duration,
 ) {
     let attempts_for_backoff = if consumes_attempt {
@@ -267,6 +329,7 @@ pub(super) async fn retry(
         delay,
         error: message.clone(),
         consumes_attempt,
+        ending,
     };
     match engine.store.retry(params).await {
         Ok(true) => engine.queue.emit(run_event(
@@ -294,6 +357,7 @@ pub(super) async fn fail(
     job: &Job,
     message: String,
     coded: (Option<String>, Option<String>),
+    ending: AttemptEnd,
     duration: Duration,
 ) {
     let (code, details) = coded;
@@ -304,6 +368,7 @@ pub(super) async fn fail(
         error: message.clone(),
         code,
         details,
+        ending,
     };
     match engine.store.fail(params).await {
         Ok(true) => {

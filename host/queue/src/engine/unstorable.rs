@@ -17,6 +17,7 @@
 
 use super::handler_output::host_text;
 use super::Engine;
+use crate::attempt::AttemptEnd;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::store::{ClaimRef, FailParams, StoreError};
 
@@ -67,6 +68,7 @@ pub(crate) async fn fail_unstorable(
         error: message.clone(),
         code: Some(UNSTORABLE_OUTCOME.to_string()),
         details: None,
+        ending: AttemptEnd::default(),
     };
     match engine.store.fail(params).await {
         Ok(true) => {

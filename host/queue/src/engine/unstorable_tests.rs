@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::completer::{self, Done};
 use super::unstorable::UNSTORABLE_OUTCOME;
 use super::{run, Worker, WorkerHandle};
+use crate::attempt::AttemptEnd;
 use crate::guards::ClaimGuards;
 use crate::job::{Job, JobStatus, NewJob};
 use crate::options::{QueueOptions, WorkerOptions};
@@ -73,6 +74,7 @@ fn done(job: &Job, result: String) -> Done {
         scope: None,
         duration: Duration::from_millis(1),
         has_parent: false,
+        ending: AttemptEnd::default(),
     }
 }
 
@@ -120,6 +122,7 @@ async fn a_refused_failure_or_retry_still_ends_the_run() {
         &jobs[0],
         "fails\0here".into(),
         coded,
+        AttemptEnd::default(),
         Duration::ZERO,
     )
     .await;
@@ -127,8 +130,8 @@ async fn a_refused_failure_or_retry_still_ends_the_run() {
         engine,
         &jobs[1],
         "again\0".into(),
-        None,
-        true,
+        (None, true),
+        AttemptEnd::default(),
         Duration::ZERO,
     )
     .await;

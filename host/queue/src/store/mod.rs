@@ -9,7 +9,11 @@
 //!   attempts = the claim's attempt` (a [`ClaimRef`]), so a run whose lease
 //!   expired cannot write over a later claim of the same job — not even one
 //!   its own worker made;
-//! - renewals are additionally fenced on an unexpired lease.
+//! - renewals are additionally fenced on an unexpired lease;
+//! - the attempt a transition ends (complete, retry, fail, release, cancel
+//!   of a running job, rescue) is recorded in the same transaction, read
+//!   from the job row under the same fence (see [`crate::attempt`]); pruning
+//!   deletes a job's attempts and logs with it.
 //!
 //! Only the implementations in this module's children contain SQL; the
 //! engine and the facade call the port. The decisions every store makes
@@ -40,6 +44,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 
+use crate::attempt::{Attempt, AttemptEnd, LogLine, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
@@ -227,6 +232,8 @@ pub struct Completed {
     pub attempt: u32,
     /// JSON result text.
     pub result: Option<String>,
+    /// The attempt this completion ends.
+    pub ending: AttemptEnd,
 }
 
 /// Mark jobs `succeeded` (batched).
@@ -253,6 +260,8 @@ pub struct RetryParams {
     pub error: String,
     /// `false` gives the attempt back.
     pub consumes_attempt: bool,
+    /// The attempt this retry ends.
+    pub ending: AttemptEnd,
 }
 
 /// Mark a running job `failed`.
@@ -270,6 +279,8 @@ pub struct FailParams {
     pub code: Option<String>,
     /// The handler's JSON error details (terminal errors).
     pub details: Option<String>,
+    /// The attempt this failure ends.
+    pub ending: AttemptEnd,
 }
 
 /// Give running jobs back (shutdown): `pending`, unleased, attempt returned.
@@ -595,6 +606,27 @@ pub trait JobStore: Send + Sync + 'static {
     /// # Errors
     /// The database failed.
     async fn deployed_types(&self) -> Result<Vec<DeployedTypeRecord>, StoreError>;
+
+    /// The finished attempts of job `job_id`, oldest first (the running one
+    /// and an expiry are derived from the job row, see
+    /// [`crate::attempt::derived_attempt`]).
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn attempts(&self, job_id: &str) -> Result<Vec<Attempt>, StoreError>;
+
+    /// Stores log lines of running jobs in one write (not fenced: a line
+    /// belongs to its attempt whatever became of the lease).
+    ///
+    /// # Errors
+    /// The database failed; nothing was stored.
+    async fn append_logs(&self, lines: Vec<LogLine>) -> Result<(), StoreError>;
+
+    /// Stored log lines of a job, in the order they were stored.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn logs(&self, query: &LogQuery) -> Result<Vec<StoredLogLine>, StoreError>;
 }
 
 pub use policy::rescue::{LEASE_EXPIRED_ERROR, LEASE_RECOVERED_ERROR};

@@ -24,6 +24,7 @@ use super::{
     InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
     StoreError, StoreEvent, TxConn,
 };
+use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, StatusCounts};
 use crate::schedule::ScheduleRecord;
@@ -315,5 +316,24 @@ impl JobStore for TracedStore {
     async fn deployed_types(&self) -> Result<Vec<DeployedTypeRecord>, StoreError> {
         let span = debug_span!("store.deployed_types", backend = self.backend());
         traced(span, self.inner.deployed_types()).await
+    }
+
+    async fn attempts(&self, job_id: &str) -> Result<Vec<Attempt>, StoreError> {
+        let span = debug_span!("store.attempts", backend = self.backend(), job_id);
+        traced(span, self.inner.attempts(job_id)).await
+    }
+
+    async fn append_logs(&self, lines: Vec<LogLine>) -> Result<(), StoreError> {
+        let span = debug_span!(
+            "store.append_logs",
+            backend = self.backend(),
+            n = lines.len()
+        );
+        traced(span, self.inner.append_logs(lines)).await
+    }
+
+    async fn logs(&self, query: &LogQuery) -> Result<Vec<StoredLogLine>, StoreError> {
+        let span = debug_span!("store.logs", backend = self.backend(), job_id = %query.job_id);
+        traced(span, self.inner.logs(query)).await
     }
 }

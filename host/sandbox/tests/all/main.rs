@@ -2,6 +2,7 @@
 //! one module per concern. Guests are compiled once per run and cached on
 //! disk under the cargo target dir.
 
+mod accounting;
 mod boundary;
 mod capabilities;
 mod common;

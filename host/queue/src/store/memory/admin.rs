@@ -1,7 +1,9 @@
 //! Administration on the memory store: find, cancel (with unfinished
 //! descendants), retry failed jobs, prune — each under the state mutex.
 
+use super::history::Ending;
 use super::{finish, unfinished, MemoryStore};
+use crate::attempt::AttemptOutcome;
 use crate::job::{Job, JobFilter, JobStatus};
 use crate::store::{CancelParams, CancelTarget, CancelledJob, PruneParams, StoreEvent};
 
@@ -47,7 +49,8 @@ pub(super) async fn cancel(store: &MemoryStore, p: CancelParams) -> Vec<Cancelle
     let now = store.clock.now();
     let mut out = Vec::new();
     {
-        let mut st = store.state.lock().await;
+        let mut guard = store.state.lock().await;
+        let st = &mut *guard;
         let mut ids: Vec<String> = st
             .jobs
             .values()
@@ -59,6 +62,10 @@ pub(super) async fn cancel(store: &MemoryStore, p: CancelParams) -> Vec<Cancelle
                 continue;
             };
             let was_running = job.status == JobStatus::Running;
+            if was_running {
+                let ending = Ending::bare(AttemptOutcome::Cancelled, Some(p.reason.as_str()));
+                st.history.record(job, ending, now);
+            }
             finish(job, JobStatus::Cancelled, Some(p.reason.clone()), now);
             out.push(CancelledJob {
                 id: id.clone(),
@@ -120,11 +127,19 @@ pub(super) async fn retry_failed(store: &MemoryStore, f: &JobFilter) -> u64 {
 
 pub(super) async fn prune(store: &MemoryStore, p: PruneParams) -> u64 {
     let mut st = store.state.lock().await;
-    let before = st.jobs.len();
-    st.jobs.retain(|_, j| {
-        !(j.status.is_terminal()
-            && p.statuses.contains(&j.status)
-            && j.finished_at.is_some_and(|t| t < p.older_than))
-    });
-    (before - st.jobs.len()) as u64
+    let doomed: Vec<String> = st
+        .jobs
+        .values()
+        .filter(|j| {
+            j.status.is_terminal()
+                && p.statuses.contains(&j.status)
+                && j.finished_at.is_some_and(|t| t < p.older_than)
+        })
+        .map(|j| j.id.clone())
+        .collect();
+    for id in &doomed {
+        st.jobs.remove(id);
+        st.history.forget(id);
+    }
+    doomed.len() as u64
 }

@@ -8,11 +8,13 @@
 //! database transaction: the same decision code, not a copy.
 //!
 //! Modules: `writes` (insert and the engine's transitions), `admin`
-//! (inspect, cancel, retry failed, prune), `schedules`, `deployed_types`,
+//! (inspect, cancel, retry failed, prune), `history` (attempts and logs),
+//! `schedules`, `deployed_types`,
 //! `tx` (the policy primitives).
 
 mod admin;
 mod deployed_types;
+mod history;
 mod schedules;
 mod tx;
 mod writes;
@@ -33,6 +35,7 @@ use super::{
     InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
     StoreError, StoreEvent, TxConn,
 };
+use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::clock::{Clock, SystemClock};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus, RateWindow};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
@@ -48,6 +51,8 @@ struct State {
     schedules: BTreeMap<String, ScheduleRecord>,
     /// Deployed types by (job type, host).
     deployed_types: BTreeMap<(String, String), DeployedTypeRecord>,
+    /// Attempt rows and log lines.
+    history: history::History,
 }
 
 /// A store that lives in this process only.
@@ -351,5 +356,18 @@ impl JobStore for MemoryStore {
 
     async fn deployed_types(&self) -> Result<Vec<DeployedTypeRecord>, StoreError> {
         Ok(deployed_types::list(self).await)
+    }
+
+    async fn attempts(&self, job_id: &str) -> Result<Vec<Attempt>, StoreError> {
+        Ok(self.state.lock().await.history.attempts(job_id))
+    }
+
+    async fn append_logs(&self, lines: Vec<LogLine>) -> Result<(), StoreError> {
+        self.state.lock().await.history.append(lines);
+        Ok(())
+    }
+
+    async fn logs(&self, query: &LogQuery) -> Result<Vec<StoredLogLine>, StoreError> {
+        Ok(self.state.lock().await.history.logs(query))
     }
 }

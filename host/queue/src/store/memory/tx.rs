@@ -6,7 +6,9 @@ use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
 
+use super::history::Ending;
 use super::{finish, live, unfinished, State};
+use crate::attempt::AttemptOutcome;
 use crate::guards::{ClaimGuards, RateWindow};
 use crate::handler::Scope;
 use crate::job::{Job, JobStatus};
@@ -189,6 +191,8 @@ impl RescueTx for MemTx<'_> {
             if job.status != JobStatus::Running {
                 continue;
             }
+            let ending = Ending::bare(AttemptOutcome::LeaseLost, Some(error));
+            self.st.history.record(job, ending, now);
             match outcome {
                 Rescue::Fail => finish(job, JobStatus::Failed, Some(error.into()), now),
                 Rescue::Requeue => {

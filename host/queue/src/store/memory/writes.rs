@@ -3,10 +3,13 @@
 //! = worker AND attempts = the claim's attempt`) exactly as the SQL stores
 //! fence their `UPDATE`s. An insert
 //! takes a job's unset attempt budget from the type's newest deploy (see
-//! `store::deployed_types`).
+//! `store::deployed_types`). Each transition records the attempt it ends
+//! under the same lock (`history`).
 
 use super::deployed_types::type_max_attempts;
+use super::history::Ending;
 use super::{finish, in_claim, live, unfinished, MemoryStore};
+use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, Job, JobStatus};
 use crate::store::{
     ClaimRef, CompleteParams, FailParams, InsertJob, ReleaseParams, RenewParams, RetryParams,
@@ -113,10 +116,14 @@ pub(super) async fn complete(store: &MemoryStore, p: CompleteParams) -> Vec<Stri
     let now = store.clock.now();
     let mut out = Vec::new();
     {
-        let mut st = store.state.lock().await;
+        let mut guard = store.state.lock().await;
+        let st = &mut *guard;
         for c in p.jobs {
+            st.history.append(c.ending.logs.clone());
             if let Some(job) = st.jobs.get_mut(&c.id) {
                 if in_claim(job, &p.worker_id, c.attempt) {
+                    let ending = Ending::of(&c.ending, AttemptOutcome::Succeeded, None);
+                    st.history.record(job, ending, now);
                     finish(job, JobStatus::Succeeded, None, now);
                     job.result = c.result;
                     out.push(c.id);
@@ -132,7 +139,9 @@ pub(super) async fn complete(store: &MemoryStore, p: CompleteParams) -> Vec<Stri
 
 pub(super) async fn retry(store: &MemoryStore, p: RetryParams) -> bool {
     let now = store.clock.now();
-    let mut st = store.state.lock().await;
+    let mut guard = store.state.lock().await;
+    let st = &mut *guard;
+    st.history.append(p.ending.logs.clone());
     let Some(job) = st
         .jobs
         .get_mut(&p.id)
@@ -140,6 +149,8 @@ pub(super) async fn retry(store: &MemoryStore, p: RetryParams) -> bool {
     else {
         return false;
     };
+    let ending = Ending::of(&p.ending, AttemptOutcome::Retried, Some(p.error.as_str()));
+    st.history.record(job, ending, now);
     job.status = JobStatus::Pending;
     job.lease_owner = None;
     job.lease_expires_at = None;
@@ -155,10 +166,21 @@ pub(super) async fn retry(store: &MemoryStore, p: RetryParams) -> bool {
 pub(super) async fn fail(store: &MemoryStore, p: FailParams) -> bool {
     let now = store.clock.now();
     let ok = {
-        let mut st = store.state.lock().await;
-        let job = st.jobs.get_mut(&p.id);
-        match job.filter(|j| in_claim(j, &p.worker_id, p.attempt)) {
+        let mut guard = store.state.lock().await;
+        let st = &mut *guard;
+        st.history.append(p.ending.logs.clone());
+        match st
+            .jobs
+            .get_mut(&p.id)
+            .filter(|j| in_claim(j, &p.worker_id, p.attempt))
+        {
             Some(job) => {
+                let ending = Ending {
+                    code: p.code.as_deref(),
+                    details: p.details.as_deref(),
+                    ..Ending::of(&p.ending, AttemptOutcome::Failed, Some(p.error.as_str()))
+                };
+                st.history.record(job, ending, now);
                 finish(job, JobStatus::Failed, Some(p.error), now);
                 job.error_code = p.code;
                 job.error_details = p.details;
@@ -175,11 +197,14 @@ pub(super) async fn fail(store: &MemoryStore, p: FailParams) -> bool {
 
 pub(super) async fn release(store: &MemoryStore, p: ReleaseParams) -> u64 {
     let now = store.clock.now();
-    let mut st = store.state.lock().await;
+    let mut guard = store.state.lock().await;
+    let st = &mut *guard;
     let mut n = 0;
     for claim in p.claims {
         let job = st.jobs.get_mut(&claim.id);
         if let Some(job) = job.filter(|j| in_claim(j, &p.worker_id, claim.attempt)) {
+            st.history
+                .record(job, Ending::bare(AttemptOutcome::Released, None), now);
             job.status = JobStatus::Pending;
             job.lease_owner = None;
             job.lease_expires_at = None;

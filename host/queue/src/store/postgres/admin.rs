@@ -3,7 +3,9 @@
 //!
 //! Invariant: a cancel is one statement — a recursive walk from the
 //! targets to their unfinished descendants, rows locked `FOR UPDATE`, then
-//! updated — so a job and its children are cancelled together.
+//! updated — so a job and its children are cancelled together; the same
+//! statement records the attempt of each job that was running. A prune
+//! deletes the jobs' attempts and logs in its transaction.
 
 use sqlx::postgres::PgArguments;
 use sqlx::query::Query;
@@ -11,6 +13,7 @@ use sqlx::Postgres;
 
 use super::rows::claim_arrays;
 use super::PostgresStore;
+use crate::attempt::AttemptOutcome;
 use crate::job::{Job, JobFilter, JobStatus, StatusCounts};
 use crate::store::sql::{
     cancelled_from_row, job_from_row, jobs_from_rows, status_counts, JOB_COLS, LIVE,
@@ -144,11 +147,18 @@ pub(super) async fn cancel(
              SELECT id FROM {t} WHERE {cond} \
              UNION SELECT c.id FROM {t} c JOIN targets ON c.parent_id = targets.id WHERE c.{LIVE}), \
          locked AS (SELECT j.id, j.status AS old_status FROM {t} j JOIN targets USING (id) \
-             WHERE j.{LIVE} FOR UPDATE OF j) \
+             WHERE j.{LIVE} FOR UPDATE OF j), \
+         ended AS (INSERT INTO {attempts} (job_id, attempt, worker, digest, started_at, \
+             finished_at, outcome, error) \
+             SELECT j.id, j.attempts, j.lease_owner, j.handler_version, j.started_at, now(), \
+               '{cancelled}', $1 FROM {t} j JOIN locked USING (id) \
+             WHERE locked.old_status = 'running') \
          UPDATE {t} j SET status = 'cancelled', last_error = $1, finished_at = now(), \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          FROM locked WHERE j.id = locked.id \
-         RETURNING j.id, j.job_type, j.scope_type, j.scope_id, locked.old_status, j.attempts"
+         RETURNING j.id, j.job_type, j.scope_type, j.scope_id, locked.old_status, j.attempts",
+        attempts = store.sql.attempts,
+        cancelled = AttemptOutcome::Cancelled.as_str(),
     );
     let rows = sqlx::query(&sql)
         .bind(&p.reason)
@@ -192,10 +202,19 @@ pub(super) async fn prune(store: &PostgresStore, p: PruneParams) -> Result<u64, 
         .filter(|s| s.is_terminal())
         .map(|s| s.as_str().to_string())
         .collect();
+    let mut tx = store.pool.begin().await?;
+    for sql in store.sql.prune_history() {
+        sqlx::query(&sql)
+            .bind(&statuses)
+            .bind(p.older_than)
+            .execute(&mut *tx)
+            .await?;
+    }
     let r = sqlx::query(&store.sql.prune())
         .bind(&statuses)
         .bind(p.older_than)
-        .execute(&store.pool)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected())
 }

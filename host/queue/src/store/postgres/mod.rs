@@ -21,6 +21,7 @@ mod admin;
 mod deployed_types;
 mod due;
 mod events;
+mod history;
 mod listen;
 mod rows;
 mod schedules;
@@ -44,6 +45,7 @@ use super::{
     InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
     StoreError, StoreEvent, TxConn,
 };
+use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, StatusCounts};
 use crate::schedule::ScheduleRecord;

@@ -16,13 +16,14 @@
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
-use super::PostgresStore;
+use super::{history, PostgresStore};
+use crate::attempt::AttemptOutcome;
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus, RateWindow};
 use crate::handler::Scope;
 use crate::job::Job;
 use crate::store::policy::guards::{self as guard_policy, ClaimTx, GuardReads};
 use crate::store::policy::rescue::{self as rescue_policy, Rescue, RescueTx};
-use crate::store::sql::{jobs_from_rows, type_counts, Dialect};
+use crate::store::sql::{jobs_from_rows, type_counts, Dialect, SqlEnding};
 use crate::store::{ClaimParams, ClaimResult, StoreError, EXPIRED_CODE, EXPIRED_ERROR};
 use crate::time;
 
@@ -195,6 +196,11 @@ impl RescueTx for PgTx<'_> {
         outcome: Rescue,
         error: &str,
     ) -> Result<Vec<Job>, StoreError> {
+        let endings: Vec<SqlEnding<'_>> = ids
+            .iter()
+            .map(|id| SqlEnding::bare(id, AttemptOutcome::LeaseLost, Some(error)))
+            .collect();
+        history::record(self.conn, self.sql, &endings, None).await?;
         let rows = sqlx::query(&self.sql.apply_rescue(outcome))
             .bind(error)
             .bind(ids)

@@ -9,7 +9,9 @@
 //! them in the same statement; many
 //! completions are one statement; every write after a claim is fenced on
 //! the claim (`status = running AND lease_owner = worker AND attempts = the
-//! claim's attempt`). Engine transitions use the
+//! claim's attempt`), and one that ends an attempt runs in a transaction
+//! that first records the attempt and its unstored log lines under the same
+//! fence (`history`). Engine transitions use the
 //! `synchronous_commit = off` pool (see [`PostgresStore`]).
 
 use std::collections::HashMap;
@@ -18,9 +20,10 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
 use super::rows::{attempt, claim_arrays};
-use super::{tx, PostgresStore};
+use super::{history, tx, PostgresStore};
+use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, JobStatus};
-use crate::store::sql::{job_columns, jobs_from_rows, type_max_attempts, Dialect, LIVE};
+use crate::store::sql::{job_columns, jobs_from_rows, type_max_attempts, Dialect, SqlEnding, LIVE};
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams,
     RenewParams, RetryParams, StoreError, EXPIRED_CODE, EXPIRED_ERROR,
@@ -267,7 +270,18 @@ pub(super) async fn complete(
     let ids: Vec<String> = p.jobs.iter().map(|c| c.id.clone()).collect();
     let results: Vec<Option<String>> = p.jobs.iter().map(|c| c.result.clone()).collect();
     let attempts: Vec<i32> = p.jobs.iter().map(|c| attempt(c.attempt)).collect();
-    Ok(sqlx::query_scalar(&format!(
+    let mut tx = store.fast.begin().await?;
+    let endings: Vec<SqlEnding<'_>> = p
+        .jobs
+        .iter()
+        .map(|c| {
+            SqlEnding::of(&c.id, &c.ending, AttemptOutcome::Succeeded, None).fenced(c.attempt)
+        })
+        .collect();
+    history::record(&mut tx, &store.sql, &endings, Some(&p.worker_id)).await?;
+    let logs = p.jobs.iter().flat_map(|c| &c.ending.logs).collect();
+    history::store_logs(&mut tx, &store.sql, logs).await?;
+    let done = sqlx::query_scalar(&format!(
         "UPDATE {} j SET status = 'succeeded', result = c.result, finished_at = now(), \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          FROM unnest($1::text[], $2::text[], $4::int4[]) AS c(id, result, attempt) \
@@ -279,11 +293,23 @@ pub(super) async fn complete(
     .bind(&results)
     .bind(&p.worker_id)
     .bind(&attempts)
-    .fetch_all(&store.fast)
-    .await?)
+    .fetch_all(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(done)
 }
 
 pub(super) async fn retry(store: &PostgresStore, p: RetryParams) -> Result<bool, StoreError> {
+    let mut tx = store.fast.begin().await?;
+    let ending = SqlEnding::of(
+        &p.id,
+        &p.ending,
+        AttemptOutcome::Retried,
+        Some(p.error.as_str()),
+    )
+    .fenced(p.attempt);
+    history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id)).await?;
+    history::store_logs(&mut tx, &store.sql, p.ending.logs.iter().collect()).await?;
     let r = sqlx::query(&store.sql.retry())
         .bind(time::millis(p.delay))
         .bind(&p.error)
@@ -291,12 +317,27 @@ pub(super) async fn retry(store: &PostgresStore, p: RetryParams) -> Result<bool,
         .bind(&p.id)
         .bind(&p.worker_id)
         .bind(attempt(p.attempt))
-        .execute(&store.fast)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected() == 1)
 }
 
 pub(super) async fn fail(store: &PostgresStore, p: FailParams) -> Result<bool, StoreError> {
+    let mut tx = store.fast.begin().await?;
+    let ending = SqlEnding {
+        code: p.code.as_deref(),
+        details: p.details.as_deref(),
+        ..SqlEnding::of(
+            &p.id,
+            &p.ending,
+            AttemptOutcome::Failed,
+            Some(p.error.as_str()),
+        )
+        .fenced(p.attempt)
+    };
+    history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id)).await?;
+    history::store_logs(&mut tx, &store.sql, p.ending.logs.iter().collect()).await?;
     let r = sqlx::query(&store.sql.fail())
         .bind(&p.error)
         .bind(&p.id)
@@ -304,19 +345,28 @@ pub(super) async fn fail(store: &PostgresStore, p: FailParams) -> Result<bool, S
         .bind(&p.code)
         .bind(&p.details)
         .bind(attempt(p.attempt))
-        .execute(&store.fast)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected() == 1)
 }
 
 pub(super) async fn release(store: &PostgresStore, p: ReleaseParams) -> Result<u64, StoreError> {
     let (ids, attempts) = claim_arrays(&p.claims);
+    let mut tx = store.fast.begin().await?;
+    let endings: Vec<SqlEnding<'_>> = p
+        .claims
+        .iter()
+        .map(|c| SqlEnding::bare(&c.id, AttemptOutcome::Released, None).fenced(c.attempt))
+        .collect();
+    history::record(&mut tx, &store.sql, &endings, Some(&p.worker_id)).await?;
     let r = sqlx::query(&store.sql.release())
         .bind(ids)
         .bind(attempts)
         .bind(&p.worker_id)
-        .execute(&store.fast)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected())
 }
 

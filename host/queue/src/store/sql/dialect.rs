@@ -29,6 +29,10 @@ pub(in crate::store) struct Dialect {
     pub events: String,
     /// Which host serves which job type (`deployed_types`).
     pub deployed_types: String,
+    /// Finished attempts (`job_attempts`).
+    pub attempts: String,
+    /// Stored guest log lines (`job_logs`).
+    pub logs: String,
     backend: Backend,
 }
 
@@ -42,6 +46,8 @@ impl Dialect {
             schedules: "boxcar_schedules".into(),
             events: "boxcar_handler_events".into(),
             deployed_types: "boxcar_deployed_types".into(),
+            attempts: "boxcar_job_attempts".into(),
+            logs: "boxcar_job_logs".into(),
             backend: Backend::Sqlite,
         }
     }
@@ -55,6 +61,8 @@ impl Dialect {
             schedules: format!("{schema}.schedules"),
             events: format!("{schema}.handler_events"),
             deployed_types: format!("{schema}.deployed_types"),
+            attempts: format!("{schema}.job_attempts"),
+            logs: format!("{schema}.job_logs"),
             backend: Backend::Postgres,
         }
     }
@@ -158,6 +166,68 @@ impl Dialect {
                 "LEAST({base} + {ms} * interval '1 millisecond', {})",
                 crate::time::FAR_FUTURE_SQL
             ),
+        }
+    }
+
+    /// The JSON array of objects bound at `$n` as rows `a`, one column per
+    /// `(name, Postgres type)` field (absent keys and JSON nulls read NULL).
+    pub(super) fn json_rows(&self, n: usize, fields: &[(&str, &str)]) -> String {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => {
+                let cols = fields
+                    .iter()
+                    .map(|(name, _)| format!("json_extract(value, '$.{name}') AS {name}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("(SELECT {cols} FROM json_each(${n})) AS a")
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => {
+                let cols = fields
+                    .iter()
+                    .map(|(name, ty)| format!("{name} {ty}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                format!("jsonb_to_recordset(${n}::jsonb) AS a({cols})")
+            }
+        }
+    }
+
+    /// The instant `expr` milliseconds after the epoch.
+    pub(super) fn from_ms(&self, expr: &str) -> String {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => expr.to_string(),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => format!("to_timestamp({expr} / 1000.0)"),
+        }
+    }
+
+    /// Parameter `$n`, typed as text where the database must be told.
+    pub(super) fn text_param(&self, n: usize) -> String {
+        self.typed_param(n, "text")
+    }
+
+    /// Parameter `$n`, typed as a 32-bit integer where the database must be told.
+    pub(super) fn int_param(&self, n: usize) -> String {
+        self.typed_param(n, "int4")
+    }
+
+    /// Parameter `$n`, typed as a 64-bit integer where the database must be told.
+    pub(super) fn bigint_param(&self, n: usize) -> String {
+        self.typed_param(n, "int8")
+    }
+
+    fn typed_param(&self, n: usize, ty: &str) -> String {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => {
+                let _ = ty;
+                format!("${n}")
+            }
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => format!("${n}::{ty}"),
         }
     }
 }

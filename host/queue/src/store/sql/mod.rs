@@ -9,6 +9,7 @@
 //!   [`HandlerEvent`] or counts, over [`SqlRow`], a small adapter each
 //!   backend implements for its row type (SQLite keeps times as integer
 //!   milliseconds, Postgres as `timestamptz`);
+//! - attempt rows and log lines (`history`);
 //! - the `JobStore` impl's delegation to each backend's concern modules
 //!   ([`sql_job_store!`]).
 //!
@@ -18,11 +19,15 @@
 
 mod deployed_types;
 mod dialect;
+mod history;
 mod statements;
 mod transitions;
 
 pub(super) use deployed_types::{deployed_type_from_row, type_max_attempts};
 pub(super) use dialect::Dialect;
+pub(super) use history::{
+    attempt_from_row, endings_json, log_from_row, logs_json, Ending as SqlEnding,
+};
 
 use std::str::FromStr;
 use std::sync::LazyLock;
@@ -232,11 +237,11 @@ pub(super) fn event_from_row(r: &impl SqlRow) -> Result<HandlerEvent, StoreError
 }
 
 /// Implements `JobStore` for a SQL store whose concern modules (`writes`,
-/// `admin`, `events`, `schedules`, `tx`, `deployed_types`, `due`) provide a
-/// function per port method, named after it and taking the store first —
-/// the layout both SQL backends share. The methods that differ (`backend`,
-/// `migrate`, `now`, `add_many`, `add_in_tx`) are passed in as the macro's
-/// body. The call site imports the port's types.
+/// `admin`, `events`, `schedules`, `tx`, `deployed_types`, `due`,
+/// `history`) provide a function per port method, named after it and taking
+/// the store first — the layout both SQL backends share. The methods that
+/// differ (`backend`, `migrate`, `now`, `add_many`, `add_in_tx`) are passed
+/// in as the macro's body. The call site imports the port's types.
 macro_rules! sql_job_store {
     ($store:ty { $($own:tt)* }) => {
         #[async_trait]
@@ -382,6 +387,18 @@ macro_rules! sql_job_store {
 
             async fn deployed_types(&self) -> Result<Vec<DeployedTypeRecord>, StoreError> {
                 deployed_types::list(self).await
+            }
+
+            async fn attempts(&self, job_id: &str) -> Result<Vec<Attempt>, StoreError> {
+                history::attempts(self, job_id).await
+            }
+
+            async fn append_logs(&self, lines: Vec<LogLine>) -> Result<(), StoreError> {
+                history::append_logs(self, lines).await
+            }
+
+            async fn logs(&self, query: &LogQuery) -> Result<Vec<StoredLogLine>, StoreError> {
+                history::logs(self, query).await
             }
         }
     };

@@ -3,16 +3,19 @@
 //!
 //! Invariant: a cancel walks the job and its unfinished descendants inside
 //! one `BEGIN IMMEDIATE` transaction, so a child enqueued concurrently is
-//! either cancelled with its parent or sees the parent already cancelled.
+//! either cancelled with its parent or sees the parent already cancelled;
+//! the attempt of a job cancelled while running is recorded in it. A prune
+//! deletes the jobs' attempts and logs in its transaction.
 
 use chrono::Utc;
 use sqlx::sqlite::SqliteRow;
 
 use super::rows::{claim_lists, json_list, ms};
-use super::SqliteStore;
+use super::{history, SqliteStore};
+use crate::attempt::AttemptOutcome;
 use crate::job::{Job, JobFilter, JobStatus, StatusCounts};
 use crate::store::sql::{
-    cancelled_from_row, job_from_row, jobs_from_rows, status_counts, JOB_COLS, LIVE,
+    cancelled_from_row, job_from_row, jobs_from_rows, status_counts, SqlEnding, JOB_COLS, LIVE,
 };
 use crate::store::{
     CancelParams, CancelTarget, CancelledJob, ClaimRef, PruneParams, StoreError, StoreEvent,
@@ -144,6 +147,12 @@ pub(super) async fn cancel(
             .collect::<Result<Vec<_>, _>>()?;
         let ids: Vec<&str> = cancelled.iter().map(|c| c.id.as_str()).collect();
         let list = json_list(&ids);
+        let endings: Vec<SqlEnding<'_>> = cancelled
+            .iter()
+            .filter(|c| c.was_running)
+            .map(|c| SqlEnding::bare(&c.id, AttemptOutcome::Cancelled, Some(p.reason.as_str())))
+            .collect();
+        history::record(&mut tx, &store.sql, &endings, None, now).await?;
         sqlx::query(&format!(
             "UPDATE boxcar_jobs SET status = 'cancelled', last_error = ?1, finished_at = ?2, \
                lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2 \
@@ -208,10 +217,21 @@ pub(super) async fn prune(store: &SqliteStore, p: PruneParams) -> Result<u64, St
         .filter(|s| s.is_terminal())
         .map(|s| s.as_str())
         .collect();
+    let statuses = json_list(&statuses);
+    let older_than = ms(p.older_than);
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    for sql in store.sql.prune_history() {
+        sqlx::query(&sql)
+            .bind(&statuses)
+            .bind(older_than)
+            .execute(&mut *tx)
+            .await?;
+    }
     let r = sqlx::query(&store.sql.prune())
-        .bind(json_list(&statuses))
-        .bind(ms(p.older_than))
-        .execute(&store.pool)
+        .bind(&statuses)
+        .bind(older_than)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected())
 }

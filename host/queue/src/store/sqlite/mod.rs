@@ -21,13 +21,14 @@
 //! Modules by concern: `writes` (insert, claim, complete, retry, fail,
 //! release, progress), `admin` (inspect, cancel, retry failed, prune),
 //! `events`, `deployed_types`, `due` (which types have due work,
-//! multi-type claims), `schedules`, `tx` (the primitives the shared policies run on:
+//! multi-type claims), `history` (attempts and logs), `schedules`, `tx` (the primitives the shared policies run on:
 //! guarded claims, rescue, guard answers) and `rows` (column reads).
 
 mod admin;
 mod deployed_types;
 mod due;
 mod events;
+mod history;
 mod rows;
 mod schedules;
 mod tx;
@@ -52,6 +53,7 @@ use super::{
     InsertJob, JobStore, PruneParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
     StoreError, StoreEvent, TxConn,
 };
+use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
 use crate::schedule::ScheduleRecord;

@@ -6,7 +6,9 @@
 //!
 //! Invariant: every state change is a single conditional `UPDATE`, fenced
 //! on the claim (`status = running AND lease_owner = worker AND attempts =
-//! the claim's attempt`) after a claim. An
+//! the claim's attempt`) after a claim; a transition that ends an attempt
+//! runs in a `BEGIN IMMEDIATE` transaction that first records the attempt
+//! (and its unstored log lines) under the same fence (`history`). An
 //! unguarded claim is one `UPDATE … WHERE id IN (SELECT … LIMIT n)
 //! RETURNING`: SQLite takes the write lock before the statement reads, so
 //! candidates cannot be claimed twice. Writers of this process queue on the
@@ -18,9 +20,10 @@ use chrono::Utc;
 use sqlx::SqliteConnection;
 
 use super::rows::{claim_lists, ms};
-use super::{tx, SqliteStore};
+use super::{history, tx, SqliteStore};
+use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, JobStatus};
-use crate::store::sql::{jobs_from_rows, type_max_attempts, JOB_COLS, LIVE};
+use crate::store::sql::{jobs_from_rows, type_max_attempts, SqlEnding, JOB_COLS, LIVE};
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams,
     RenewParams, RetryParams, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR,
@@ -215,6 +218,17 @@ pub(super) async fn complete(
             .collect(),
     )
     .to_string();
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let endings: Vec<SqlEnding<'_>> = p
+        .jobs
+        .iter()
+        .map(|c| {
+            SqlEnding::of(&c.id, &c.ending, AttemptOutcome::Succeeded, None).fenced(c.attempt)
+        })
+        .collect();
+    history::record(&mut tx, &store.sql, &endings, Some(&p.worker_id), now).await?;
+    let logs = p.jobs.iter().flat_map(|c| &c.ending.logs).collect();
+    history::store_logs(&mut tx, &store.sql, logs).await?;
     let done: Vec<String> = sqlx::query_scalar(
         "UPDATE boxcar_jobs SET status = 'succeeded', result = c.result, finished_at = ?1, \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1 \
@@ -228,8 +242,9 @@ pub(super) async fn complete(
     .bind(now)
     .bind(batch)
     .bind(&p.worker_id)
-    .fetch_all(&store.pool)
+    .fetch_all(&mut *tx)
     .await?;
+    tx.commit().await?;
     for id in &done {
         store.notify(StoreEvent::Finished(id.clone()));
     }
@@ -238,6 +253,17 @@ pub(super) async fn complete(
 
 pub(super) async fn retry(store: &SqliteStore, p: RetryParams) -> Result<bool, StoreError> {
     let _w = store.write.lock().await;
+    let now = ms(Utc::now());
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let ending = SqlEnding::of(
+        &p.id,
+        &p.ending,
+        AttemptOutcome::Retried,
+        Some(p.error.as_str()),
+    )
+    .fenced(p.attempt);
+    history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id), now).await?;
+    history::store_logs(&mut tx, &store.sql, p.ending.logs.iter().collect()).await?;
     let r = sqlx::query(&store.sql.retry())
         .bind(time::millis(p.delay))
         .bind(&p.error)
@@ -245,14 +271,30 @@ pub(super) async fn retry(store: &SqliteStore, p: RetryParams) -> Result<bool, S
         .bind(&p.id)
         .bind(&p.worker_id)
         .bind(i64::from(p.attempt))
-        .bind(ms(Utc::now()))
-        .execute(&store.pool)
+        .bind(now)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected() == 1)
 }
 
 pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, StoreError> {
     let _w = store.write.lock().await;
+    let now = ms(Utc::now());
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let ending = SqlEnding {
+        code: p.code.as_deref(),
+        details: p.details.as_deref(),
+        ..SqlEnding::of(
+            &p.id,
+            &p.ending,
+            AttemptOutcome::Failed,
+            Some(p.error.as_str()),
+        )
+        .fenced(p.attempt)
+    };
+    history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id), now).await?;
+    history::store_logs(&mut tx, &store.sql, p.ending.logs.iter().collect()).await?;
     let r = sqlx::query(&store.sql.fail())
         .bind(&p.error)
         .bind(&p.id)
@@ -260,9 +302,10 @@ pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, Sto
         .bind(&p.code)
         .bind(&p.details)
         .bind(i64::from(p.attempt))
-        .bind(ms(Utc::now()))
-        .execute(&store.pool)
+        .bind(now)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     let ok = r.rows_affected() == 1;
     if ok {
         store.notify(StoreEvent::Finished(p.id));
@@ -273,13 +316,22 @@ pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, Sto
 pub(super) async fn release(store: &SqliteStore, p: ReleaseParams) -> Result<u64, StoreError> {
     let _w = store.write.lock().await;
     let (ids, attempts) = claim_lists(&p.claims);
+    let now = ms(Utc::now());
+    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let endings: Vec<SqlEnding<'_>> = p
+        .claims
+        .iter()
+        .map(|c| SqlEnding::bare(&c.id, AttemptOutcome::Released, None).fenced(c.attempt))
+        .collect();
+    history::record(&mut tx, &store.sql, &endings, Some(&p.worker_id), now).await?;
     let r = sqlx::query(&store.sql.release())
         .bind(ids)
         .bind(attempts)
         .bind(&p.worker_id)
-        .bind(ms(Utc::now()))
-        .execute(&store.pool)
+        .bind(now)
+        .execute(&mut *tx)
         .await?;
+    tx.commit().await?;
     Ok(r.rows_affected())
 }
 

@@ -29,6 +29,7 @@ async fn retry_failed_and_prune(fx: &Fixture) {
                 error: "boom".into(),
                 code: None,
                 details: None,
+                ending: Default::default(),
             })
             .await
             .unwrap();
@@ -64,6 +65,7 @@ async fn retry_failed_and_prune(fx: &Fixture) {
             id: j.id.clone(),
             attempt: j.attempts,
             result: None,
+            ending: Default::default(),
         })
         .collect();
     fx.store
@@ -144,6 +146,7 @@ async fn cancels(fx: &Fixture) {
                 id: r1.clone(),
                 attempt: 1,
                 result: None,
+                ending: Default::default(),
             }],
         })
         .await
@@ -200,6 +203,7 @@ async fn flows(fx: &Fixture) {
                 id: kids.claimed[0].id.clone(),
                 attempt: kids.claimed[0].attempts,
                 result: Some("1".into()),
+                ending: Default::default(),
             }],
         })
         .await
@@ -212,6 +216,7 @@ async fn flows(fx: &Fixture) {
             error: "no".into(),
             code: None,
             details: None,
+            ending: Default::default(),
         })
         .await
         .unwrap();

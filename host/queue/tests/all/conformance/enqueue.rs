@@ -47,6 +47,7 @@ async fn dedupe(fx: &Fixture) {
                 id: c.claimed[0].id.clone(),
                 attempt: c.claimed[0].attempts,
                 result: Some("{\"ok\":true}".into()),
+                ending: Default::default(),
             }],
         })
         .await

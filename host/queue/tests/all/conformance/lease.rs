@@ -50,6 +50,7 @@ async fn fenced(fx: &Fixture) {
                 id: id.clone(),
                 attempt: 1,
                 result: None,
+                ending: Default::default(),
             }],
         })
         .await
@@ -62,6 +63,7 @@ async fn fenced(fx: &Fixture) {
         delay: Duration::ZERO,
         error: "x".into(),
         consumes_attempt: true,
+        ending: Default::default(),
     };
     assert!(!fx.store.retry(retry).await.unwrap());
     let fail = FailParams {
@@ -71,6 +73,7 @@ async fn fenced(fx: &Fixture) {
         error: "x".into(),
         code: None,
         details: None,
+        ending: Default::default(),
     };
     assert!(!fx.store.fail(fail).await.unwrap());
     assert!(!fx.store.set_progress(W1, &at(&id, 1), "{}").await.unwrap());
@@ -166,6 +169,7 @@ async fn fenced_on_attempt(fx: &Fixture) {
             id: done.clone(),
             attempt: 1,
             result: Some("\"old run\"".into()),
+            ending: Default::default(),
         }],
     };
     let applied = fx.store.complete(stale_completion).await.unwrap();
@@ -177,6 +181,7 @@ async fn fenced_on_attempt(fx: &Fixture) {
         delay: Duration::ZERO,
         error: "old run".into(),
         consumes_attempt: true,
+        ending: Default::default(),
     };
     assert!(
         !fx.store.retry(retry(1)).await.unwrap(),
@@ -189,6 +194,7 @@ async fn fenced_on_attempt(fx: &Fixture) {
         error: "old run".into(),
         code: None,
         details: None,
+        ending: Default::default(),
     };
     assert!(
         !fx.store.fail(fail(1)).await.unwrap(),
@@ -238,6 +244,7 @@ async fn fenced_on_attempt(fx: &Fixture) {
             id: done.clone(),
             attempt: 2,
             result: Some("\"new run\"".into()),
+            ending: Default::default(),
         }],
     };
     assert_eq!(

@@ -17,6 +17,7 @@ mod deployed_types;
 mod due;
 mod enqueue;
 mod guard;
+mod history;
 mod lease;
 mod outcome;
 mod time;

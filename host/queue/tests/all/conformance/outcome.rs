@@ -27,6 +27,7 @@ async fn transitions(fx: &Fixture) {
         delay: Duration::from_secs(3600),
         error: "rate limited".into(),
         consumes_attempt: false,
+        ending: Default::default(),
     };
     assert!(fx.store.retry(r).await.unwrap());
     let j = fx.store.get(&id).await.unwrap().unwrap();
@@ -56,6 +57,7 @@ async fn transitions(fx: &Fixture) {
         error: "bad input".into(),
         code: None,
         details: None,
+        ending: Default::default(),
     };
     assert!(fx.store.fail(f).await.unwrap());
     let j = fx.store.get(&id2).await.unwrap().unwrap();
@@ -88,6 +90,7 @@ async fn transitions(fx: &Fixture) {
                 id: id3.clone(),
                 attempt: 1,
                 result: None,
+                ending: Default::default(),
             }],
         })
         .await

@@ -71,6 +71,7 @@ async fn enormous_durations(fx: &Fixture) {
             delay: FOREVER,
             error: "come back much later".into(),
             consumes_attempt: true,
+            ending: Default::default(),
         })
         .await
         .unwrap();

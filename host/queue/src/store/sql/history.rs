@@ -1,0 +1,283 @@
+//! Attempt rows and log lines on both SQL backends: the statements, written
+//! once over the [`Dialect`], and the JSON the callers bind.
+//!
+//! How an attempt is recorded: [`Dialect::record_attempts`] is an
+//! `INSERT … SELECT` from the job rows, run in the transition's own
+//! transaction *before* its `UPDATE`, under the same fence (`status =
+//! running`, and the lease owner when one is given). So the attempt's
+//! number, worker, digest and start are the job row's as it ran, an attempt
+//! is recorded exactly when its transition applies, and the transition
+//! statements themselves are unchanged. What the row cannot know (outcome,
+//! error, figures) is bound as one JSON array, one object per job, so a
+//! batch of completions records all its attempts in one statement.
+//!
+//! Log lines are bound the same way, one JSON array per write.
+
+use serde_json::{json, Value};
+
+use super::{Dialect, SqlRow};
+use crate::attempt::{Attempt, AttemptEnd, AttemptOutcome, AttemptUsage, LogLine, StoredLogLine};
+use crate::store::StoreError;
+
+/// The fields of one attempt ending, as bound in [`endings_json`].
+const ENDING_FIELDS: [(&str, &str); 14] = [
+    ("id", "text"),
+    ("claim_attempt", "integer"),
+    ("outcome", "text"),
+    ("error", "text"),
+    ("error_code", "text"),
+    ("error_details", "text"),
+    ("wall_ms", "bigint"),
+    ("peak_memory_bytes", "bigint"),
+    ("fuel", "bigint"),
+    ("log_bytes", "bigint"),
+    ("result_bytes", "bigint"),
+    ("http_requests", "bigint"),
+    ("http_bytes", "bigint"),
+    ("enqueues", "bigint"),
+];
+
+/// The figure columns, in [`ENDING_FIELDS`] and table order.
+const FIGURES: [&str; 8] = [
+    "wall_ms",
+    "peak_memory_bytes",
+    "fuel",
+    "log_bytes",
+    "result_bytes",
+    "http_requests",
+    "http_bytes",
+    "enqueues",
+];
+
+/// The fields of one log line, as bound in [`logs_json`].
+const LOG_FIELDS: [(&str, &str); 6] = [
+    ("job_id", "text"),
+    ("attempt", "integer"),
+    ("seq", "integer"),
+    ("at_ms", "bigint"),
+    ("level", "text"),
+    ("message", "text"),
+];
+
+/// The columns an attempt row is read with.
+const ATTEMPT_COLS: &str = "job_id, attempt, worker, digest, started_at, finished_at, outcome, \
+    error, error_code, error_details, wall_ms, peak_memory_bytes, fuel, log_bytes, result_bytes, \
+    http_requests, http_bytes, enqueues";
+
+/// One attempt's ending: the job, what ended it, and the transition's
+/// error fields.
+pub(in crate::store) struct Ending<'a> {
+    pub id: &'a str,
+    pub outcome: AttemptOutcome,
+    pub error: Option<&'a str>,
+    pub code: Option<&'a str>,
+    pub details: Option<&'a str>,
+    pub usage: Option<&'a AttemptUsage>,
+    /// The claim's attempt, when the transition is fenced on one.
+    pub claim_attempt: Option<u32>,
+}
+
+impl<'a> Ending<'a> {
+    /// An ending with only an outcome and an error.
+    pub fn bare(id: &'a str, outcome: AttemptOutcome, error: Option<&'a str>) -> Self {
+        Self {
+            id,
+            outcome,
+            error,
+            code: None,
+            details: None,
+            usage: None,
+            claim_attempt: None,
+        }
+    }
+
+    /// The same ending, recorded only while the job is still at the
+    /// claim's `attempt` (the transition's own fence).
+    pub fn fenced(self, attempt: u32) -> Self {
+        Self {
+            claim_attempt: Some(attempt),
+            ..self
+        }
+    }
+
+    /// The ending of a transition's [`AttemptEnd`], `default` when it
+    /// names no outcome.
+    pub fn of(
+        id: &'a str,
+        end: &'a AttemptEnd,
+        default: AttemptOutcome,
+        error: Option<&'a str>,
+    ) -> Self {
+        Self {
+            usage: Some(&end.usage),
+            ..Self::bare(id, end.outcome.unwrap_or(default), error)
+        }
+    }
+}
+
+fn figure(v: Option<u64>) -> Value {
+    v.map_or(Value::Null, |v| json!(i64::try_from(v).unwrap_or(i64::MAX)))
+}
+
+/// `endings` as the JSON array [`Dialect::record_attempts`] binds.
+pub(in crate::store) fn endings_json(endings: &[Ending<'_>]) -> String {
+    let rows = endings
+        .iter()
+        .map(|e| {
+            let u = e.usage.cloned().unwrap_or_default();
+            json!({
+                "id": e.id,
+                "claim_attempt": e.claim_attempt,
+                "outcome": e.outcome.as_str(),
+                "error": e.error,
+                "error_code": e.code,
+                "error_details": e.details,
+                "wall_ms": figure(u.wall_ms),
+                "peak_memory_bytes": figure(u.peak_memory_bytes),
+                "fuel": figure(u.fuel),
+                "log_bytes": figure(u.log_bytes),
+                "result_bytes": figure(u.result_bytes),
+                "http_requests": figure(u.http_requests),
+                "http_bytes": figure(u.http_bytes),
+                "enqueues": figure(u.enqueues),
+            })
+        })
+        .collect();
+    Value::Array(rows).to_string()
+}
+
+/// `lines` as the JSON array [`Dialect::insert_logs`] binds.
+pub(in crate::store) fn logs_json<'a>(lines: impl Iterator<Item = &'a LogLine>) -> String {
+    Value::Array(
+        lines
+            .map(|l| {
+                json!({
+                    "job_id": l.job_id,
+                    "attempt": l.attempt,
+                    "seq": l.seq,
+                    "at_ms": l.at.timestamp_millis(),
+                    "level": l.level,
+                    "message": l.message,
+                })
+            })
+            .collect(),
+    )
+    .to_string()
+}
+
+impl Dialect {
+    /// Records the attempts of the JSON endings `$1` ([`endings_json`]) of
+    /// jobs still running (under worker `$2`'s lease when `$2` is not
+    /// null, and at the ending's claim attempt when it names one), from
+    /// their job rows, finished now.
+    pub(in crate::store) fn record_attempts(&self) -> String {
+        let figures = FIGURES.map(|f| format!("a.{f}")).join(", ");
+        format!(
+            "INSERT INTO {} (job_id, attempt, worker, digest, started_at, finished_at, outcome, \
+               error, error_code, error_details, {}) \
+             SELECT j.id, j.attempts, j.lease_owner, j.handler_version, j.started_at, {}, \
+               a.outcome, a.error, a.error_code, a.error_details, {figures} \
+             FROM {} JOIN {} j ON j.id = a.id \
+             WHERE j.status = 'running' AND ({} IS NULL OR j.lease_owner = $2) \
+               AND (a.claim_attempt IS NULL OR j.attempts = a.claim_attempt)",
+            self.attempts,
+            FIGURES.join(", "),
+            self.now(3),
+            self.json_rows(1, &ENDING_FIELDS),
+            self.jobs,
+            self.text_param(2),
+        )
+    }
+
+    /// Stores the JSON log lines `$1` ([`logs_json`]).
+    pub(in crate::store) fn insert_logs(&self) -> String {
+        format!(
+            "INSERT INTO {} (job_id, attempt, seq, at, level, message) \
+             SELECT a.job_id, a.attempt, a.seq, {}, a.level, a.message FROM {}",
+            self.logs,
+            self.from_ms("a.at_ms"),
+            self.json_rows(1, &LOG_FIELDS),
+        )
+    }
+
+    /// The attempts of job `$1`, oldest first.
+    pub(in crate::store) fn attempts_of(&self) -> String {
+        format!(
+            "SELECT {ATTEMPT_COLS} FROM {} WHERE job_id = $1 ORDER BY id",
+            self.attempts
+        )
+    }
+
+    /// Up to `$4` log lines of job `$1`, of attempt `$2` unless null, after
+    /// cursor `$3` unless null, in stored order.
+    pub(in crate::store) fn logs_of(&self) -> String {
+        format!(
+            "SELECT id, job_id, attempt, seq, at, level, message FROM {} \
+             WHERE job_id = $1 AND ({} IS NULL OR attempt = $2) AND ({} IS NULL OR id > $3) \
+             ORDER BY id LIMIT $4",
+            self.logs,
+            self.int_param(2),
+            self.bigint_param(3),
+        )
+    }
+
+    /// Deletes the attempts and log lines of the jobs in the statuses `$1`
+    /// finished before `$2` (run before [`Dialect::prune`], in its
+    /// transaction).
+    pub(in crate::store) fn prune_history(&self) -> [String; 2] {
+        [&self.attempts, &self.logs].map(|table| {
+            format!(
+                "DELETE FROM {table} WHERE job_id IN \
+                 (SELECT id FROM {} WHERE {} AND finished_at < $2)",
+                self.jobs,
+                self.in_list("status", 1)
+            )
+        })
+    }
+}
+
+/// An attempt from a row with the attempt columns.
+pub(in crate::store) fn attempt_from_row(r: &impl SqlRow) -> Result<Attempt, StoreError> {
+    let outcome = r.text("outcome")?;
+    let figure = |c: &str| -> Result<Option<u64>, StoreError> {
+        Ok(r.opt_int8(c)?.and_then(|v| u64::try_from(v).ok()))
+    };
+    Ok(Attempt {
+        job_id: r.text("job_id")?,
+        attempt: r.count("attempt", 0)?,
+        worker: r.opt_text("worker")?,
+        digest: r.opt_text("digest")?,
+        started_at: r.opt_time("started_at")?,
+        finished_at: r.opt_time("finished_at")?,
+        outcome: AttemptOutcome::parse(&outcome)
+            .ok_or_else(|| StoreError::Corrupt(format!("attempt outcome `{outcome}`")))?,
+        error: r.opt_text("error")?,
+        error_code: r.opt_text("error_code")?,
+        error_details: r.opt_text("error_details")?,
+        usage: AttemptUsage {
+            wall_ms: figure("wall_ms")?,
+            peak_memory_bytes: figure("peak_memory_bytes")?,
+            fuel: figure("fuel")?,
+            log_bytes: figure("log_bytes")?,
+            result_bytes: figure("result_bytes")?,
+            http_requests: figure("http_requests")?,
+            http_bytes: figure("http_bytes")?,
+            enqueues: figure("enqueues")?,
+        },
+    })
+}
+
+/// A stored log line from a row of [`Dialect::logs_of`].
+pub(in crate::store) fn log_from_row(r: &impl SqlRow) -> Result<StoredLogLine, StoreError> {
+    Ok(StoredLogLine {
+        cursor: r.opt_int8("id")?.unwrap_or(0),
+        line: LogLine {
+            job_id: r.text("job_id")?,
+            attempt: r.count("attempt", 0)?,
+            seq: r.count("seq", 0)?,
+            at: r.time("at")?,
+            level: r.text("level")?,
+            message: r.text("message")?,
+        },
+    })
+}
