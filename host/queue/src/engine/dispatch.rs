@@ -98,12 +98,15 @@ fn report_expired(engine: &Arc<Engine>, expired: Vec<Job>) {
     }
 }
 
-/// Records that `job_type` was served this round and spawns its runs.
+/// Records that `job_type` was served this round and spawns its runs. A
+/// run whose claim's lease (counted from before the claim was sent) has run
+/// out by the time it starts is not started: another host may own the job.
 fn start_runs(
     engine: &Arc<Engine>,
     rounds: &mut Rounds,
     entry: &Arc<HandlerEntry>,
     claimed: Vec<Job>,
+    lease_deadline: Option<Instant>,
 ) {
     if claimed.is_empty() {
         return;
@@ -112,9 +115,13 @@ fn start_runs(
     engine.take_slots(&entry.job_type, claimed.len() as u32);
     for job in claimed {
         let handle = engine.queue.inflight().insert(&ClaimRef::of(&job));
-        engine
-            .runs
-            .spawn(run::run_job(engine.clone(), entry.clone(), job, handle));
+        engine.runs.spawn(run::run_job(
+            engine.clone(),
+            entry.clone(),
+            job,
+            handle,
+            lease_deadline,
+        ));
     }
 }
 
@@ -129,6 +136,7 @@ async fn claim_guarded(
 ) -> bool {
     let job_type = params.job_type.clone();
     let asked = params.limit;
+    let lease_deadline = Instant::now().checked_add(params.lease);
     let res = match engine.store.claim_batch(params).await {
         Ok(r) => r,
         Err(e) => {
@@ -160,7 +168,7 @@ async fn claim_guarded(
         }
         _ => st.polls = 0,
     }
-    start_runs(engine, rounds, entry, res.claimed);
+    start_runs(engine, rounds, entry, res.claimed, lease_deadline);
     false
 }
 
@@ -176,6 +184,7 @@ async fn claim_unguarded(
         worker_id: engine.opts.worker_id.clone(),
         types: batch.iter().map(|(c, _)| c.clone()).collect(),
     };
+    let sent = Instant::now();
     let res = match engine.store.claim_many(params).await {
         Ok(r) => r,
         Err(e) => {
@@ -196,7 +205,7 @@ async fn claim_unguarded(
         let jobs = by_type.remove(&claim.job_type).unwrap_or_default();
         let expired = taken.get(&claim.job_type).copied().unwrap_or(0);
         due.claimed(&claim.job_type, claim.limit, jobs.len() + expired, false);
-        start_runs(engine, rounds, &entry, jobs);
+        start_runs(engine, rounds, &entry, jobs, sent.checked_add(claim.lease));
     }
     false
 }

@@ -166,11 +166,21 @@ pub(crate) async fn run_job(
     entry: Arc<HandlerEntry>,
     job: Job,
     handle: RunHandle,
+    lease_deadline: Option<tokio::time::Instant>,
 ) {
     let started = Instant::now();
     let claim = ClaimRef::of(&job);
     let event =
         |outcome, error: Option<String>, duration| run_event(&job, outcome, error, duration);
+    if lease_deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+        tracing::warn!(job_id = %job.id, "the claim's lease ran out before its run started (was this process paused?); not running it: the job is recovered after its lease");
+        engine.queue.inflight().remove(&claim);
+        engine
+            .queue
+            .emit(event(LifecycleOutcome::LeaseLost, None, None));
+        engine.free_slot(&job.job_type);
+        return;
+    }
     engine
         .queue
         .emit(event(LifecycleOutcome::Started, None, None));
