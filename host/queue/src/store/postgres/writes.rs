@@ -274,9 +274,7 @@ pub(super) async fn complete(
     let endings: Vec<SqlEnding<'_>> = p
         .jobs
         .iter()
-        .map(|c| {
-            SqlEnding::of(&c.id, &c.ending, AttemptOutcome::Succeeded, None).fenced(c.attempt)
-        })
+        .map(|c| SqlEnding::of(&c.id, &c.ending, AttemptOutcome::Succeeded, None).fenced(c.attempt))
         .collect();
     history::record(&mut tx, &store.sql, &endings, Some(&p.worker_id)).await?;
     let logs = p.jobs.iter().flat_map(|c| &c.ending.logs).collect();

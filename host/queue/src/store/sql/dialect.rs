@@ -195,7 +195,7 @@ impl Dialect {
     }
 
     /// The instant `expr` milliseconds after the epoch.
-    pub(super) fn from_ms(&self, expr: &str) -> String {
+    pub(super) fn time_from_ms(&self, expr: &str) -> String {
         match self.backend {
             #[cfg(feature = "sqlite")]
             Backend::Sqlite => expr.to_string(),

@@ -195,7 +195,7 @@ impl Dialect {
             "INSERT INTO {} (job_id, attempt, seq, at, level, message) \
              SELECT a.job_id, a.attempt, a.seq, {}, a.level, a.message FROM {}",
             self.logs,
-            self.from_ms("a.at_ms"),
+            self.time_from_ms("a.at_ms"),
             self.json_rows(1, &LOG_FIELDS),
         )
     }
