@@ -24,6 +24,7 @@
 //! [`memory::MemoryStore`], `sqlite::SqliteStore` (feature `sqlite`) and
 //! `postgres::PostgresStore` (feature `postgres`).
 
+mod claim_writes;
 pub mod connect;
 pub mod deployed_types;
 pub mod due;
@@ -44,11 +45,14 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio::sync::broadcast;
 
-use crate::attempt::{Attempt, AttemptEnd, LogLine, LogQuery, StoredLogLine};
+use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
 use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
 use crate::schedule::ScheduleRecord;
+pub use claim_writes::{
+    ClaimRef, CompleteParams, Completed, FailParams, ReleaseParams, RenewParams, RetryParams,
+};
 use deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 pub use due::{ClaimManyParams, DueTypes, TypeClaim};
 use schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
@@ -188,108 +192,6 @@ pub struct ClaimResult {
     /// what blocked it (the last candidate held back), for the dispatcher's
     /// pool reservation and starvation warnings.
     pub blocked_by: Option<Blocker>,
-}
-
-/// One claim of a job: the job's id and the attempt the claim made (the
-/// job's `attempts` right after it). With the worker id it is the fence of
-/// every write the claim's run makes: a later claim of the same job, even
-/// by the same worker, has another attempt.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct ClaimRef {
-    /// Job id.
-    pub id: String,
-    /// The claim's attempt.
-    pub attempt: u32,
-}
-
-impl ClaimRef {
-    /// The claim `job` is in right after it was claimed.
-    pub fn of(job: &Job) -> Self {
-        Self {
-            id: job.id.clone(),
-            attempt: job.attempts,
-        }
-    }
-}
-
-/// Extend leases of running jobs owned by `worker_id`.
-#[derive(Clone, Debug)]
-pub struct RenewParams {
-    /// Lease owner.
-    pub worker_id: String,
-    /// Claims to renew.
-    pub claims: Vec<ClaimRef>,
-    /// New lease length from the store's now.
-    pub lease: Duration,
-}
-
-/// One successful run to record.
-#[derive(Clone, Debug)]
-pub struct Completed {
-    /// Job id.
-    pub id: String,
-    /// The claim's attempt (fence).
-    pub attempt: u32,
-    /// JSON result text.
-    pub result: Option<String>,
-    /// The attempt this completion ends.
-    pub ending: AttemptEnd,
-}
-
-/// Mark jobs `succeeded` (batched).
-#[derive(Clone, Debug)]
-pub struct CompleteParams {
-    /// Lease owner (fence).
-    pub worker_id: String,
-    /// The finished runs.
-    pub jobs: Vec<Completed>,
-}
-
-/// Put a running job back to `pending` for a later attempt.
-#[derive(Clone, Debug)]
-pub struct RetryParams {
-    /// Lease owner (fence).
-    pub worker_id: String,
-    /// Job id.
-    pub id: String,
-    /// The claim's attempt (fence).
-    pub attempt: u32,
-    /// Backoff before the next attempt.
-    pub delay: Duration,
-    /// The failure.
-    pub error: String,
-    /// `false` gives the attempt back.
-    pub consumes_attempt: bool,
-    /// The attempt this retry ends.
-    pub ending: AttemptEnd,
-}
-
-/// Mark a running job `failed`.
-#[derive(Clone, Debug)]
-pub struct FailParams {
-    /// Lease owner (fence).
-    pub worker_id: String,
-    /// Job id.
-    pub id: String,
-    /// The claim's attempt (fence).
-    pub attempt: u32,
-    /// The failure.
-    pub error: String,
-    /// The handler's machine-readable error code (terminal errors).
-    pub code: Option<String>,
-    /// The handler's JSON error details (terminal errors).
-    pub details: Option<String>,
-    /// The attempt this failure ends.
-    pub ending: AttemptEnd,
-}
-
-/// Give running jobs back (shutdown): `pending`, unleased, attempt returned.
-#[derive(Clone, Debug)]
-pub struct ReleaseParams {
-    /// Lease owner (fence).
-    pub worker_id: String,
-    /// Claims to release.
-    pub claims: Vec<ClaimRef>,
 }
 
 /// Which jobs to cancel.

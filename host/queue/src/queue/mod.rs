@@ -5,6 +5,8 @@
 //! payload schema) before it reaches the store; cancels abort matching runs of this process at once and reach
 //! other processes through their reconcile pass; the facade holds no SQL.
 
+mod history;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +14,6 @@ use chrono::{DateTime, Utc};
 use parking_lot::RwLock;
 use tokio::sync::Notify;
 
-use crate::attempt::{derived_attempt, Attempt, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
 use crate::inflight::{AbortReason, InFlight};
@@ -318,34 +319,6 @@ impl Queue {
     /// The store failed.
     pub async fn get(&self, id: &str) -> Result<Option<Job>, StoreError> {
         self.inner.store.get(id).await
-    }
-
-    /// Every attempt of job `id`, oldest first: the finished ones as
-    /// stored, then the one running now (or an expiry) as the job row
-    /// describes it. `None` when there is no such job.
-    ///
-    /// # Errors
-    /// The store failed.
-    pub async fn attempts(&self, id: &str) -> Result<Option<Vec<Attempt>>, StoreError> {
-        let Some(job) = self.inner.store.get(id).await? else {
-            return Ok(None);
-        };
-        let mut attempts = self.inner.store.attempts(id).await?;
-        let derived = derived_attempt(&job).filter(|d| {
-            !attempts
-                .iter()
-                .any(|a| a.attempt == d.attempt && a.started_at == d.started_at)
-        });
-        attempts.extend(derived);
-        Ok(Some(attempts))
-    }
-
-    /// Stored log lines of a job, in the order they were stored.
-    ///
-    /// # Errors
-    /// The store failed.
-    pub async fn logs(&self, query: &LogQuery) -> Result<Vec<StoredLogLine>, StoreError> {
-        self.inner.store.logs(query).await
     }
 
     /// Jobs matching the filter (default limit 100).
