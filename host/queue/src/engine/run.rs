@@ -99,12 +99,22 @@ async fn renew(engine: &Engine, claim: &ClaimRef, lease: Duration) -> Result<boo
 }
 
 /// Waits for the handler, the deadline, an abort, or a renewal failure.
+///
+/// The handler is polled only while the lease is provably held: until
+/// `lease_deadline` (counted from before the claim was sent), then until
+/// each successful renewal's lease counted from before it was sent. When
+/// that passes — a slow database, or this process paused — the run is
+/// aborted as lease-lost before the guest takes another step, since
+/// another host may own the job by then.
 async fn supervise(
     engine: &Engine,
     entry: &HandlerEntry,
     job: &Job,
     handle: &RunHandle,
-    mut fut: futures::future::BoxFuture<'static, Outcome>,
+    (mut fut, lease_deadline): (
+        futures::future::BoxFuture<'static, Outcome>,
+        Option<tokio::time::Instant>,
+    ),
     deadline: tokio::time::Instant,
     record: &RunRecord,
 ) -> Outcome {
@@ -112,12 +122,17 @@ async fn supervise(
         let every = entry.settings.lease_renew_interval.unwrap_or(lease / 3);
         (lease, every.max(Duration::from_millis(10)))
     });
-    let mut lease_valid_until = renewal.map(|(l, _)| time::instant_after(l));
+    let mut lease_valid_until = lease_deadline;
     let mut next_renewal = renewal.map(|(_, every)| time::instant_after(every));
     let mut timed_out = false;
     let mut next_flush = time::instant_after(LOG_FLUSH_EVERY);
     loop {
+        if lease_valid_until.is_some_and(|t| tokio::time::Instant::now() >= t) {
+            handle.abort(AbortReason::LeaseLost);
+            break;
+        }
         let renew_at = next_renewal.unwrap_or(deadline);
+        let lease_end = lease_valid_until.unwrap_or(deadline);
         tokio::select! {
             out = &mut fut => return out,
             () = tokio::time::sleep_until(next_flush) => {
@@ -130,11 +145,13 @@ async fn supervise(
                 break;
             }
             () = handle.token.cancelled() => break,
+            () = tokio::time::sleep_until(lease_end), if lease_valid_until.is_some() => {}
             () = tokio::time::sleep_until(renew_at), if next_renewal.is_some() => {
                 let Some((lease, every)) = renewal else { continue };
+                let sent = tokio::time::Instant::now();
                 match renew(engine, &ClaimRef::of(job), lease).await {
                     Ok(true) => {
-                        lease_valid_until = Some(time::instant_after(lease));
+                        lease_valid_until = sent.checked_add(lease);
                         next_renewal = Some(time::instant_after(every));
                     }
                     Ok(false) => {
@@ -211,7 +228,16 @@ pub(crate) async fn run_job(
     };
     let fut = entry.handler.handle(run, ctx);
     let deadline = time::instant_after(timeout);
-    let supervised = supervise(&engine, &entry, &job, &handle, fut, deadline, &record).await;
+    let supervised = supervise(
+        &engine,
+        &entry,
+        &job,
+        &handle,
+        (fut, lease_deadline),
+        deadline,
+        &record,
+    )
+    .await;
     let outcome = admit(supervised);
     engine.queue.inflight().remove(&claim);
     let duration = started.elapsed();
