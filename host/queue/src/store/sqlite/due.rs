@@ -15,11 +15,10 @@ use sqlx::{Row, SqliteConnection};
 
 use super::rows::ms;
 use super::SqliteStore;
-use crate::job::{Job, JobStatus};
+use crate::job::Job;
 use crate::store::sql::{jobs_from_rows, JOB_COLS, LIVE};
 use crate::store::{
-    ClaimManyParams, ClaimResult, DueTypes, StoreError, StoreEvent, TypeClaim, EXPIRED_CODE,
-    EXPIRED_ERROR,
+    ClaimManyParams, ClaimResult, DueTypes, StoreError, TypeClaim, EXPIRED_CODE, EXPIRED_ERROR,
 };
 use crate::time;
 
@@ -130,9 +129,8 @@ pub(super) async fn claim_many(
     store: &SqliteStore,
     p: ClaimManyParams,
 ) -> Result<ClaimResult, StoreError> {
-    let mut res = ClaimResult::default();
     if p.types.is_empty() {
-        return Ok(res);
+        return Ok(ClaimResult::default());
     }
     let _w = store.write.lock().await;
     let mut jobs = Vec::new();
@@ -146,15 +144,5 @@ pub(super) async fn claim_many(
         }
         tx.commit().await?;
     }
-    for job in jobs {
-        if job.status == JobStatus::Failed {
-            store.notify(StoreEvent::Finished(job.id.clone()));
-            res.expired.push(job);
-        } else {
-            res.claimed.push(job);
-        }
-    }
-    res.claimed
-        .sort_by(|a, b| (a.priority, a.run_at, &a.id).cmp(&(b.priority, b.run_at, &b.id)));
-    Ok(res)
+    Ok(super::writes::claim_result(store, jobs))
 }

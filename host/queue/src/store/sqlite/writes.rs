@@ -175,8 +175,14 @@ pub(super) async fn claim_batch(
         .bind(EXPIRED_CODE)
         .fetch_all(&store.pool)
         .await?;
+    Ok(claim_result(store, jobs_from_rows(&rows)?))
+}
+
+/// Splits claimed rows into runs and expiries (announcing each expiry),
+/// runs in claim order.
+pub(super) fn claim_result(store: &SqliteStore, jobs: Vec<crate::job::Job>) -> ClaimResult {
     let mut res = ClaimResult::default();
-    for job in jobs_from_rows(&rows)? {
+    for job in jobs {
         if job.status == JobStatus::Failed {
             store.notify(StoreEvent::Finished(job.id.clone()));
             res.expired.push(job);
@@ -186,7 +192,7 @@ pub(super) async fn claim_batch(
     }
     res.claimed
         .sort_by(|a, b| (a.priority, a.run_at, &a.id).cmp(&(b.priority, b.run_at, &b.id)));
-    Ok(res)
+    res
 }
 
 pub(super) async fn renew_leases(
