@@ -4,6 +4,7 @@
 //! Exit codes: 0 ok; 1 runtime failure; 2 bad usage or input; 3 the job
 //! waited for failed or was cancelled; 4 a wait timed out.
 
+mod allocator;
 mod api;
 mod cli;
 mod commands;

@@ -1,0 +1,18 @@
+//! The binary's memory allocator: mimalloc instead of the system's.
+//!
+//! A host that runs untrusted guests sees bursts of large, short-lived
+//! allocations (a guest's huge result, a log flood, a big payload) on many
+//! threads. glibc's allocator keeps what such bursts freed in per-thread
+//! arenas, so the host's resident memory ratchets up with every burst and
+//! does not come back (the containment soak grew ≈ 60 MiB with it, of which
+//! ≈ 8 MiB was live); mimalloc returns freed pages to the system and keeps
+//! the same soak within ≈ 30 MiB of where it started. It is built without
+//! transparent-huge-page hints (`no_thp`): with them, every touched 4 KiB of
+//! an allocator region could fault in 2 MiB, and the idle host started at
+//! ≈ 200 MiB instead of ≈ 60.
+//!
+//! Invariant: only the binary chooses the allocator; the libraries stay
+//! allocator-neutral.
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
