@@ -16,6 +16,7 @@ mod fleet;
 mod history;
 mod hostile;
 mod job_defaults;
+mod metrics;
 mod polyglot;
 mod pools;
 mod private_postgres;

@@ -314,6 +314,19 @@ impl StatusCounts {
     }
 }
 
+/// Unfinished jobs of one type, read at one moment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TypeCounts {
+    /// The job type.
+    pub job_type: String,
+    /// Pending and due (`run_at` reached).
+    pub due: u64,
+    /// Pending, due later (`run_at` in the future).
+    pub scheduled: u64,
+    /// Running.
+    pub running: u64,
+}
+
 /// What happened to a handler module on this host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

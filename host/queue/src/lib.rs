@@ -15,6 +15,8 @@
 //! - recurring jobs: [`schedule`] and [`Scheduler`];
 //! - which types are known and their job defaults, from store state:
 //!   [`deployed`];
+//! - what this process measured of the queue's work, for `/metrics`:
+//!   [`metrics`];
 //! - limits on what enters the queue: [`bounds`] (duration caps,
 //!   [`EnqueueBounds`] for a running job's enqueues), the error codes of
 //!   refused handler answers ([`INVALID_OUTPUT`], [`UNSTORABLE_OUTCOME`])
@@ -44,6 +46,7 @@ mod guards;
 mod handler;
 mod inflight;
 mod job;
+pub mod metrics;
 mod observer;
 mod options;
 mod queue;
@@ -70,7 +73,7 @@ pub use handler::{
 };
 pub use job::{
     AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, NewJob, StatusCounts,
-    UnknownStatus,
+    TypeCounts, UnknownStatus,
 };
 pub use observer::{LifecycleEvent, LifecycleObserver, LifecycleOutcome};
 pub use options::{OptionsError, QueueOptions, RetentionPolicy, WorkerOptions};

@@ -13,9 +13,13 @@
 //!   bounded by the handler's log budget (`max_log`, enforced by the
 //!   sandbox, which also writes the marker line when it cuts the log).
 //! - A figure never set reads `None`.
+//! - The guest time is the handler's own measure of its call into the
+//!   guest (a sandbox sets it; a native handler need not): the engine's
+//!   wall time less it is the host's per-run overhead.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use chrono::Utc;
 
@@ -36,6 +40,7 @@ pub struct RunRecord {
     http_requests: AtomicU64,
     http_bytes: AtomicU64,
     enqueues: AtomicU64,
+    guest_nanos: AtomicU64,
     pending: Mutex<Vec<LogLine>>,
 }
 
@@ -52,6 +57,7 @@ impl RunRecord {
             http_requests: AtomicU64::new(0),
             http_bytes: AtomicU64::new(0),
             enqueues: AtomicU64::new(0),
+            guest_nanos: AtomicU64::new(UNSET),
             pending: Mutex::new(Vec::new()),
         }
     }
@@ -137,6 +143,20 @@ impl RunRecord {
         self.enqueues.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Sets the time spent in the call into the guest's handler
+    /// (instantiation excluded; host calls the guest makes included).
+    pub fn set_guest_time(&self, time: Duration) {
+        let nanos = u64::try_from(time.as_nanos()).unwrap_or(UNSET - 1);
+        self.guest_nanos
+            .store(nanos.min(UNSET - 1), Ordering::Relaxed);
+    }
+
+    /// The time set by [`set_guest_time`](Self::set_guest_time), if any.
+    pub fn guest_time(&self) -> Option<Duration> {
+        let nanos = self.guest_nanos.load(Ordering::Relaxed);
+        (nanos != UNSET).then(|| Duration::from_nanos(nanos))
+    }
+
     /// The figures so far; wall time and result size are the engine's.
     pub fn usage(&self) -> AttemptUsage {
         let opt = |a: &AtomicU64| Some(a.load(Ordering::Relaxed)).filter(|v| *v != UNSET);
@@ -170,6 +190,14 @@ mod tests {
         r.log("info", "x");
         assert_eq!(r.take_logs()[0].seq, 2);
         assert_eq!(r.usage().log_bytes, Some(9));
+    }
+
+    #[test]
+    fn guest_time_is_none_until_set() {
+        let r = RunRecord::new("j", 1);
+        assert_eq!(r.guest_time(), None);
+        r.set_guest_time(Duration::from_micros(1500));
+        assert_eq!(r.guest_time(), Some(Duration::from_micros(1500)));
     }
 
     #[test]

@@ -269,7 +269,11 @@ impl LoadedHandler {
             }
         };
         let wit_job = to_wit(job);
+        let call_started = Instant::now();
         let called = instance.call_handle(&mut *store, &wit_job).await;
+        if let Some(record) = log.record() {
+            record.set_guest_time(call_started.elapsed());
+        }
         log.flush();
         if self.shared.config.fuel {
             if let (Ok(left), Some(record)) = (store.get_fuel(), log.record()) {

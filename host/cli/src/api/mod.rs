@@ -342,7 +342,13 @@ async fn schedules(State(state): State<AppState>) -> Result<Json<Vec<ScheduleVie
 
 async fn metrics_text(State(state): State<AppState>) -> Result<Response, ApiError> {
     let counts = state.queue.count_by_status().await?;
-    let text = state.metrics.render(&counts);
+    let live = state.queue.store().count_live_by_type().await?;
+    let text = state.metrics.render(&metrics::Scrape {
+        counts: &counts,
+        live: &live,
+        queue: state.queue.metrics(),
+        dropped_events: state.queue.dropped_lifecycle_events(),
+    });
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 

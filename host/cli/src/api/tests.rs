@@ -380,3 +380,27 @@ async fn counts_show_each_pools_occupancy_and_a_blocked_job_says_why() {
     let why = job["blocked_by"].as_str().unwrap_or_default();
     assert!(why.contains("pool `smtp`"), "{job}");
 }
+
+#[tokio::test]
+async fn metrics_show_pending_jobs_per_type_due_and_scheduled_apart() {
+    let (app, queue) = app(None).await;
+    for delay in [None, None, Some(3600)] {
+        let mut job = boxcar_queue::NewJob::new("mail", &json!({}));
+        if let Some(secs) = delay {
+            job = job.delay(std::time::Duration::from_secs(secs));
+        }
+        queue.add(job).await.expect("add");
+    }
+    let (status, metrics) = call(&app, Method::GET, "/metrics", None).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = metrics.as_str().expect("text");
+    for line in [
+        "boxcar_jobs_pending{job_type=\"mail\",when=\"due\"} 2",
+        "boxcar_jobs_pending{job_type=\"mail\",when=\"scheduled\"} 1",
+        "boxcar_jobs_running{job_type=\"mail\"} 0",
+        "boxcar_store_round_trip_seconds_count{op=\"enqueue\"} 3",
+        "# TYPE boxcar_job_run_seconds histogram",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
+    }
+}

@@ -20,6 +20,7 @@ use super::unstorable::{fail_unstorable, is_refusal};
 use super::Engine;
 use crate::attempt::AttemptEnd;
 use crate::handler::Scope;
+use crate::metrics::StoreOp;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::store::{ClaimRef, CompleteParams, Completed, StoreError};
 
@@ -60,7 +61,8 @@ async fn complete(engine: &Engine, jobs: &[Done]) -> Result<Vec<String>, StoreEr
     };
     let mut tries = 0u32;
     loop {
-        match engine.store.complete(params.clone()).await {
+        let call = engine.store.complete(params.clone());
+        match engine.queue.metrics().timed(StoreOp::Complete, call).await {
             Ok(ids) => return Ok(ids),
             Err(e) if tries < TRANSIENT_RETRIES && !is_refusal(&e) => {
                 tries += 1;

@@ -34,8 +34,10 @@ use tokio::time::Instant;
 
 use super::due_set::DueSet;
 use super::{run, Engine};
+use crate::attempt::AttemptOutcome;
 use crate::guards::Blocker;
 use crate::job::Job;
+use crate::metrics::StoreOp;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::registry::{HandlerEntry, HandlerSettings};
 use crate::store::{ClaimManyParams, ClaimParams, ClaimRef, StoreEvent, TypeClaim};
@@ -86,6 +88,8 @@ fn report_expired(engine: &Arc<Engine>, expired: Vec<Job>) {
         engine.queue.wake();
     }
     for job in expired {
+        let metrics = engine.queue.metrics();
+        metrics.ended(&job.job_type, AttemptOutcome::Expired, None, None);
         engine.queue.emit(LifecycleEvent {
             job_id: job.id,
             job_type: job.job_type,
@@ -137,7 +141,8 @@ async fn claim_guarded(
     let job_type = params.job_type.clone();
     let asked = params.limit;
     let lease_deadline = Instant::now().checked_add(params.lease);
-    let res = match engine.store.claim_batch(params).await {
+    let claimed = engine.store.claim_batch(params);
+    let res = match engine.queue.metrics().timed(StoreOp::Claim, claimed).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(job_type = %job_type, error = %e, "claim failed; retrying at the next poll");
@@ -185,7 +190,8 @@ async fn claim_unguarded(
         types: batch.iter().map(|(c, _)| c.clone()).collect(),
     };
     let sent = Instant::now();
-    let res = match engine.store.claim_many(params).await {
+    let claimed = engine.store.claim_many(params);
+    let res = match engine.queue.metrics().timed(StoreOp::Claim, claimed).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(types = batch.len(), error = %e, "claim failed; retrying at the next poll");

@@ -23,6 +23,9 @@
 //!   its own (cancel, lost lease, shutdown) stores its last lines unfenced.
 //!   The measurement costs the engine two `Instant`s and a few relaxed
 //!   atomics per run.
+//! - Every run counts in the queue's metrics: its queue wait when it
+//!   starts; when it ends, its wall time, the host's time outside the
+//!   guest and how the attempt ended, classified as its stored attempt is.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,6 +41,7 @@ use crate::attempt::{AttemptEnd, AttemptOutcome};
 use crate::handler::{JobContext, JobRun, Outcome};
 use crate::inflight::{AbortReason, RunHandle};
 use crate::job::{Job, JobStatus};
+use crate::metrics::StoreOp;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::registry::HandlerEntry;
 use crate::run_record::RunRecord;
@@ -53,7 +57,11 @@ async fn flush_logs(engine: &Engine, record: &RunRecord) {
     if lines.is_empty() {
         return;
     }
-    if let Err(e) = engine.store.append_logs(lines).await {
+    let stored = engine
+        .queue
+        .metrics()
+        .timed(StoreOp::Logs, engine.store.append_logs(lines));
+    if let Err(e) = stored.await {
         tracing::warn!(error = %e, "storing a running job's log lines failed; those lines are lost");
     }
 }
@@ -89,7 +97,11 @@ async fn renew(engine: &Engine, claim: &ClaimRef, lease: Duration) -> Result<boo
         claims: vec![claim.clone()],
         lease,
     };
-    match engine.store.renew_leases(params).await {
+    let renewed = engine
+        .queue
+        .metrics()
+        .timed(StoreOp::Renew, engine.store.renew_leases(params));
+    match renewed.await {
         Ok(ids) => Ok(!ids.is_empty()),
         Err(e) => {
             tracing::warn!(job_id = %claim.id, error = %e, "lease renewal failed; will retry");
@@ -192,12 +204,18 @@ pub(crate) async fn run_job(
     if lease_deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
         tracing::warn!(job_id = %job.id, "the claim's lease ran out before its run started (was this process paused?); not running it: the job is recovered after its lease");
         engine.queue.inflight().remove(&claim);
+        let metrics = engine.queue.metrics();
+        metrics.ended(&job.job_type, AttemptOutcome::LeaseLost, None, None);
         engine
             .queue
             .emit(event(LifecycleOutcome::LeaseLost, None, None));
         engine.free_slot(&job.job_type);
         return;
     }
+    engine
+        .queue
+        .metrics()
+        .started(&job.job_type, queue_wait(&job));
     engine
         .queue
         .emit(event(LifecycleOutcome::Started, None, None));
@@ -246,6 +264,7 @@ pub(crate) async fn run_job(
         flush_logs(&engine, &record).await;
     }
     let attempt = attempt_end(&record, &outcome, duration);
+    let mut ended = ended_as(handle.reason(), &outcome, attempt.outcome, &job);
 
     match (handle.reason(), outcome) {
         (Some(AbortReason::Cancelled), _) => {
@@ -258,6 +277,7 @@ pub(crate) async fn run_job(
         (Some(AbortReason::LeaseLost), _) => {
             let row = engine.store.get(&job.id).await.ok().flatten();
             let outcome = if row.is_some_and(|r| r.status == JobStatus::Cancelled) {
+                ended = AttemptOutcome::Cancelled;
                 LifecycleOutcome::Cancelled
             } else {
                 LifecycleOutcome::LeaseLost
@@ -269,7 +289,11 @@ pub(crate) async fn run_job(
                 worker_id,
                 claims: vec![claim],
             };
-            if let Err(e) = engine.store.release(params).await {
+            let metrics = engine.queue.metrics();
+            if let Err(e) = metrics
+                .timed(StoreOp::Release, engine.store.release(params))
+                .await
+            {
                 tracing::warn!(job_id = %job.id, error = %e, "release at shutdown failed; the job is recovered after its lease");
             }
         }
@@ -309,7 +333,7 @@ pub(crate) async fn run_job(
             let message = other
                 .error_message()
                 .unwrap_or_else(|| "unknown failure".into());
-            if consumes && job.attempts >= job.max_attempts {
+            if gives_up(consumes, &job) {
                 fail(&engine, &job, message, (None, None), attempt, duration).await;
             } else {
                 let backoff = (retry_after, consumes);
@@ -317,7 +341,51 @@ pub(crate) async fn run_job(
             }
         }
     }
+    let overhead = record
+        .guest_time()
+        .map(|guest| duration.saturating_sub(guest));
+    engine
+        .queue
+        .metrics()
+        .ended(&job.job_type, ended, Some(duration), overhead);
     engine.free_slot(&job.job_type);
+}
+
+/// Whether a failed run that `consumes` an attempt ends the job.
+fn gives_up(consumes: bool, job: &Job) -> bool {
+    consumes && job.attempts >= job.max_attempts
+}
+
+/// How the attempt ended, as its stored attempt records it (a lost lease
+/// whose job turns out cancelled is corrected by the caller).
+fn ended_as(
+    reason: Option<AbortReason>,
+    outcome: &Outcome,
+    cause: Option<AttemptOutcome>,
+    job: &Job,
+) -> AttemptOutcome {
+    match (reason, outcome) {
+        (Some(AbortReason::Cancelled), _) => AttemptOutcome::Cancelled,
+        (Some(AbortReason::LeaseLost), _) => AttemptOutcome::LeaseLost,
+        (Some(AbortReason::Shutdown), _) => AttemptOutcome::Released,
+        (None, Outcome::Succeeded { .. }) => AttemptOutcome::Succeeded,
+        (None, Outcome::Terminal { .. }) => AttemptOutcome::Failed,
+        (
+            None,
+            Outcome::Retryable {
+                consumes_attempt, ..
+            },
+        ) if gives_up(*consumes_attempt, job) => AttemptOutcome::Failed,
+        (None, Outcome::Retryable { .. }) => AttemptOutcome::Retried,
+        (None, _) => cause.unwrap_or(AttemptOutcome::Failed),
+    }
+}
+
+/// From when the job became due (`run_at`) to its claim's start, both on
+/// the store's clock; zero when the clocks disagree.
+fn queue_wait(job: &Job) -> Duration {
+    let started = job.started_at.unwrap_or_else(Utc::now);
+    (started - job.run_at).to_std().unwrap_or(Duration::ZERO)
 }
 
 /// The lifecycle event of `job`'s run.
@@ -367,7 +435,12 @@ pub(super) async fn retry(
         consumes_attempt,
         ending,
     };
-    match engine.store.retry(params).await {
+    match engine
+        .queue
+        .metrics()
+        .timed(StoreOp::Retry, engine.store.retry(params))
+        .await
+    {
         Ok(true) => engine.queue.emit(run_event(
             job,
             LifecycleOutcome::RetryScheduled,
@@ -406,7 +479,12 @@ pub(super) async fn fail(
         details,
         ending,
     };
-    match engine.store.fail(params).await {
+    match engine
+        .queue
+        .metrics()
+        .timed(StoreOp::Fail, engine.store.fail(params))
+        .await
+    {
         Ok(true) => {
             if job.parent_id.is_some() {
                 // The parent may be claimable now (see the completer).

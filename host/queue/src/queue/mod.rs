@@ -20,6 +20,7 @@ use crate::inflight::{AbortReason, InFlight};
 use crate::job::{
     AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, NewJob, StatusCounts,
 };
+use crate::metrics::{QueueMetrics, StoreOp};
 use crate::observer::{LifecycleEvent, LifecycleObserver, LifecycleOutcome, ObserverHub};
 use crate::options::{OptionsError, QueueOptions};
 use crate::registry::{PoolConfig, Registry};
@@ -62,6 +63,7 @@ struct Inner {
     inflight: InFlight,
     wake: Notify,
     woken: parking_lot::Mutex<Woken>,
+    metrics: Arc<QueueMetrics>,
 }
 
 /// What the dispatcher was woken for since it last looked: the job types
@@ -97,6 +99,7 @@ impl Queue {
                 inflight: InFlight::default(),
                 wake: Notify::new(),
                 woken: parking_lot::Mutex::new(Woken::default()),
+                metrics: Arc::default(),
             }),
         })
     }
@@ -115,6 +118,11 @@ impl Queue {
     /// The options.
     pub fn options(&self) -> &QueueOptions {
         &self.inner.opts
+    }
+
+    /// What this process measured of the queue's work.
+    pub fn metrics(&self) -> &Arc<QueueMetrics> {
+        &self.inner.metrics
     }
 
     /// Adds a lifecycle observer.
@@ -256,8 +264,11 @@ impl Queue {
     ) -> Result<Vec<AddResult>, QueueError> {
         let out = self
             .inner
-            .store
-            .add_many(prepared.clone())
+            .metrics
+            .timed(
+                StoreOp::Enqueue,
+                self.inner.store.add_many(prepared.clone()),
+            )
             .await
             .map_err(|e| Self::map_parent(e, &prepared))?;
         self.wake_types(prepared.iter().map(|j| j.job_type.as_str()));
@@ -283,8 +294,8 @@ impl Queue {
             all.push(c);
         }
         self.inner
-            .store
-            .add_many(all.clone())
+            .metrics
+            .timed(StoreOp::Enqueue, self.inner.store.add_many(all.clone()))
             .await
             .map_err(|e| Self::map_parent(e, &all))?;
         self.wake_types(all.iter().map(|j| j.job_type.as_str()));
@@ -553,6 +564,7 @@ impl Queue {
         digest: Option<&str>,
         reason: Option<&str>,
     ) -> Result<(), StoreError> {
+        self.inner.metrics.handler_event(kind, job_type);
         self.inner
             .store
             .record_handler_event(HandlerEvent {

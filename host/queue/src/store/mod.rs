@@ -48,7 +48,7 @@ use tokio::sync::broadcast;
 use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
-use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
+use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts, TypeCounts};
 use crate::schedule::ScheduleRecord;
 pub use claim_writes::{
     ClaimRef, CompleteParams, Completed, FailParams, ReleaseParams, RenewParams, RetryParams,
@@ -403,6 +403,14 @@ pub trait JobStore: Send + Sync + 'static {
     /// # Errors
     /// The database failed.
     async fn count_by_status(&self) -> Result<StatusCounts, StoreError>;
+
+    /// Per job type with unfinished jobs: how many are pending and due,
+    /// pending and due later, and running — one grouped read, in type
+    /// order.
+    ///
+    /// # Errors
+    /// The database failed.
+    async fn count_live_by_type(&self) -> Result<Vec<TypeCounts>, StoreError>;
 
     /// Failed jobs matching the filter back to `pending`, attempts 0, error
     /// cleared. Without limit/offset: every match.

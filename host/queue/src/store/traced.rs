@@ -26,7 +26,7 @@ use super::{
 };
 use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
-use crate::job::{AddResult, HandlerEvent, Job, JobFilter, StatusCounts};
+use crate::job::{AddResult, HandlerEvent, Job, JobFilter, StatusCounts, TypeCounts};
 use crate::schedule::ScheduleRecord;
 
 /// A [`JobStore`] that runs each call of the inner store inside a span.
@@ -228,6 +228,11 @@ impl JobStore for TracedStore {
     async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
         let span = debug_span!("store.count_by_status", backend = self.backend());
         traced(span, self.inner.count_by_status()).await
+    }
+
+    async fn count_live_by_type(&self) -> Result<Vec<TypeCounts>, StoreError> {
+        let span = debug_span!("store.count_live_by_type", backend = self.backend());
+        traced(span, self.inner.count_live_by_type()).await
     }
 
     async fn retry_failed(&self, filter: &JobFilter) -> Result<u64, StoreError> {

@@ -11,6 +11,7 @@ mod deployed;
 mod engine;
 mod fairness;
 mod many_types;
+mod metrics;
 mod migrate;
 mod model;
 mod multiprocess;

@@ -38,7 +38,7 @@ use super::{
 use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::clock::{Clock, SystemClock};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus, RateWindow};
-use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
+use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts, TypeCounts};
 use crate::schedule::ScheduleRecord;
 use tx::MemTx;
 
@@ -282,6 +282,28 @@ impl JobStore for MemoryStore {
             c.add(j.status, 1);
         }
         Ok(c)
+    }
+
+    async fn count_live_by_type(&self) -> Result<Vec<TypeCounts>, StoreError> {
+        let now = self.clock.now();
+        let st = self.state.lock().await;
+        let mut by_type: BTreeMap<&str, TypeCounts> = BTreeMap::new();
+        let live = st
+            .jobs
+            .values()
+            .filter(|j| matches!(j.status, JobStatus::Pending | JobStatus::Running));
+        for j in live {
+            let c = by_type.entry(&j.job_type).or_insert_with(|| TypeCounts {
+                job_type: j.job_type.clone(),
+                ..TypeCounts::default()
+            });
+            match j.status {
+                JobStatus::Running => c.running += 1,
+                _ if j.run_at <= now => c.due += 1,
+                _ => c.scheduled += 1,
+            }
+        }
+        Ok(by_type.into_values().collect())
     }
 
     async fn retry_failed(&self, f: &JobFilter) -> Result<u64, StoreError> {

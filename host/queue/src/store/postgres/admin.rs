@@ -14,9 +14,10 @@ use sqlx::Postgres;
 use super::rows::claim_arrays;
 use super::PostgresStore;
 use crate::attempt::AttemptOutcome;
-use crate::job::{Job, JobFilter, JobStatus, StatusCounts};
+use crate::job::{Job, JobFilter, JobStatus, StatusCounts, TypeCounts};
 use crate::store::sql::{
-    cancelled_from_row, job_from_row, jobs_from_rows, status_counts, JOB_COLS, LIVE,
+    cancelled_from_row, job_from_row, jobs_from_rows, live_type_counts, status_counts, JOB_COLS,
+    LIVE,
 };
 use crate::store::{
     CancelParams, CancelTarget, CancelledJob, ClaimRef, PruneParams, StoreError, StoreEvent,
@@ -98,6 +99,15 @@ pub(super) async fn count_by_status(store: &PostgresStore) -> Result<StatusCount
         .fetch_all(&store.pool)
         .await?;
     status_counts(&rows)
+}
+
+pub(super) async fn count_live_by_type(
+    store: &PostgresStore,
+) -> Result<Vec<TypeCounts>, StoreError> {
+    let rows = sqlx::query(&store.sql.live_type_counts())
+        .fetch_all(&store.pool)
+        .await?;
+    live_type_counts(&rows)
 }
 
 pub(super) async fn still_owned(

@@ -47,7 +47,7 @@ use super::{
 };
 use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
-use crate::job::{AddResult, HandlerEvent, Job, JobFilter, StatusCounts};
+use crate::job::{AddResult, HandlerEvent, Job, JobFilter, StatusCounts, TypeCounts};
 use crate::schedule::ScheduleRecord;
 
 /// The default schema.

@@ -36,7 +36,7 @@ use chrono::{DateTime, Utc};
 
 use super::{CancelledJob, StoreError};
 use crate::handler::Scope;
-use crate::job::{HandlerEvent, HandlerEventKind, Job, JobStatus, StatusCounts};
+use crate::job::{HandlerEvent, HandlerEventKind, Job, JobStatus, StatusCounts, TypeCounts};
 use crate::schedule::{ScheduleDef, ScheduleRecord};
 
 /// Every column of a job row, in the order [`job_from_row`] reads them.
@@ -209,6 +209,23 @@ pub(super) fn status_counts<R: SqlRow>(rows: &[R]) -> Result<StatusCounts, Store
     Ok(counts)
 }
 
+/// Unfinished jobs per type from rows of `job_type, due, scheduled, running`.
+pub(super) fn live_type_counts<R: SqlRow>(rows: &[R]) -> Result<Vec<TypeCounts>, StoreError> {
+    let n = |r: &R, col: &str| -> Result<u64, StoreError> {
+        Ok(u64::try_from(r.opt_int8(col)?.unwrap_or(0)).unwrap_or(0))
+    };
+    rows.iter()
+        .map(|r| {
+            Ok(TypeCounts {
+                job_type: r.text("job_type")?,
+                due: n(r, "due")?,
+                scheduled: n(r, "scheduled")?,
+                running: n(r, "running")?,
+            })
+        })
+        .collect()
+}
+
 /// Counts per job type from rows of `job_type, n` (`COUNT(*) AS n`).
 pub(super) fn type_counts<R: SqlRow>(rows: &[R]) -> Result<Vec<(String, u64)>, StoreError> {
     rows.iter()
@@ -315,6 +332,10 @@ macro_rules! sql_job_store {
 
             async fn count_by_status(&self) -> Result<StatusCounts, StoreError> {
                 admin::count_by_status(self).await
+            }
+
+            async fn count_live_by_type(&self) -> Result<Vec<TypeCounts>, StoreError> {
+                admin::count_live_by_type(self).await
             }
 
             async fn retry_failed(&self, f: &JobFilter) -> Result<u64, StoreError> {

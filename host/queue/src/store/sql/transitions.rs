@@ -1,13 +1,14 @@
 //! The statements of the engine's fenced transitions (renew, retry, fail,
 //! release, progress — each fenced on the claim: running, leased to the
-//! worker, at the claim's attempt), of inspection (one job, counts, ownership), pruning
-//! and handler events, written once for both SQL backends over a
-//! [`Dialect`]. Each comment lists the parameters in order; on SQLite the
-//! statement's now is bound after them (see [`Dialect::now`]). Inserts,
+//! worker, at the claim's attempt), of inspection (one job, counts,
+//! unfinished jobs per type, ownership), pruning and handler events,
+//! written once for both SQL backends over a [`Dialect`]. Each comment
+//! lists the parameters in order; on SQLite the statement's now is bound
+//! after them (see [`Dialect::now`]). Inserts,
 //! the unguarded claim, batched completions, cancels and filtered
 //! queries stay with each backend: their SQL is what differs.
 
-use super::{Dialect, EVENT_COLS, JOB_COLS};
+use super::{Dialect, EVENT_COLS, JOB_COLS, LIVE};
 
 impl Dialect {
     /// Extends by `$1` milliseconds the still live leases of worker `$4`
@@ -93,6 +94,20 @@ impl Dialect {
     pub(in crate::store) fn status_counts(&self) -> String {
         format!(
             "SELECT status, COUNT(*) AS n FROM {} GROUP BY status",
+            self.jobs
+        )
+    }
+
+    /// `job_type, due, scheduled, running` for every type with unfinished
+    /// jobs, in type order. On SQLite, now is `$1`.
+    pub(in crate::store) fn live_type_counts(&self) -> String {
+        let now = self.now(1);
+        format!(
+            "SELECT job_type, \
+               SUM(CASE WHEN status = 'pending' AND run_at <= {now} THEN 1 ELSE 0 END) AS due, \
+               SUM(CASE WHEN status = 'pending' AND run_at > {now} THEN 1 ELSE 0 END) AS scheduled, \
+               SUM(CASE WHEN status = 'running' THEN 1 ELSE 0 END) AS running \
+             FROM {} WHERE {LIVE} GROUP BY job_type ORDER BY job_type",
             self.jobs
         )
     }

@@ -13,9 +13,10 @@ use sqlx::sqlite::SqliteRow;
 use super::rows::{claim_lists, json_list, ms};
 use super::{history, SqliteStore};
 use crate::attempt::AttemptOutcome;
-use crate::job::{Job, JobFilter, JobStatus, StatusCounts};
+use crate::job::{Job, JobFilter, JobStatus, StatusCounts, TypeCounts};
 use crate::store::sql::{
-    cancelled_from_row, job_from_row, jobs_from_rows, status_counts, SqlEnding, JOB_COLS, LIVE,
+    cancelled_from_row, job_from_row, jobs_from_rows, live_type_counts, status_counts, SqlEnding,
+    JOB_COLS, LIVE,
 };
 use crate::store::{
     CancelParams, CancelTarget, CancelledJob, ClaimRef, PruneParams, StoreError, StoreEvent,
@@ -77,6 +78,14 @@ pub(super) async fn count_by_status(store: &SqliteStore) -> Result<StatusCounts,
         .fetch_all(&store.pool)
         .await?;
     status_counts(&rows)
+}
+
+pub(super) async fn count_live_by_type(store: &SqliteStore) -> Result<Vec<TypeCounts>, StoreError> {
+    let rows = sqlx::query(&store.sql.live_type_counts())
+        .bind(ms(Utc::now()))
+        .fetch_all(&store.pool)
+        .await?;
+    live_type_counts(&rows)
 }
 
 pub(super) async fn still_owned(

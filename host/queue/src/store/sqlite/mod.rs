@@ -55,7 +55,7 @@ use super::{
 };
 use crate::attempt::{Attempt, LogLine, LogQuery, StoredLogLine};
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
-use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts};
+use crate::job::{AddResult, HandlerEvent, Job, JobFilter, JobStatus, StatusCounts, TypeCounts};
 use crate::schedule::ScheduleRecord;
 
 /// The busy timeout every connection waits for the write lock.

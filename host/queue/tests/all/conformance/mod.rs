@@ -19,6 +19,7 @@ mod enqueue;
 mod guard;
 mod history;
 mod lease;
+mod live_counts;
 mod outcome;
 mod time;
 
