@@ -14,6 +14,7 @@ mod many_types;
 mod migrate;
 mod model;
 mod multiprocess;
+mod replay;
 mod schedules;
 mod sqlite_pool;
 mod traced;
