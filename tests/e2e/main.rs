@@ -24,3 +24,4 @@ mod replay;
 mod results;
 mod schedules;
 mod sqlite_faults;
+mod wait;

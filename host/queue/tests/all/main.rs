@@ -17,4 +17,5 @@ mod multiprocess;
 mod replay;
 mod schedules;
 mod sqlite_pool;
+mod sqlite_watch;
 mod traced;
