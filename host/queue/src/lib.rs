@@ -62,8 +62,8 @@ pub use attempt::{Attempt, AttemptOutcome, AttemptUsage, LogLine, LogQuery, Stor
 pub use bounds::EnqueueBounds;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{
-    guest_dedupe_key, replay, DryEnqueue, FiredTick, Maintenance, Replay, ReplayRequest,
-    Scheduler, SchedulerHandle, Worker, WorkerHandle, INVALID_OUTPUT, UNSTORABLE_OUTCOME,
+    guest_dedupe_key, replay, DryEnqueue, FiredTick, Maintenance, Replay, ReplayRequest, Scheduler,
+    SchedulerHandle, Worker, WorkerHandle, INVALID_OUTPUT, UNSTORABLE_OUTCOME,
 };
 pub use guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 pub use handler::{
