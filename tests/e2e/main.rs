@@ -21,6 +21,8 @@ mod polyglot;
 mod pools;
 mod private_postgres;
 mod relocatable;
+mod replay;
 mod results;
 mod schedules;
 mod sqlite_faults;
+mod wait;

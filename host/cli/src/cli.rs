@@ -37,6 +37,10 @@ pub enum Command {
     },
     /// Print the log lines a job's handler wrote, attempt by attempt.
     Logs(LogsArgs),
+    /// Run a stored job once, locally, in the sandbox its last attempt ran
+    /// in (or with another module), and print its logs and outcome; the
+    /// queue is not written to.
+    Replay(ReplayArgs),
     /// Count jobs by status.
     Counts,
     /// Cancel jobs: one by id, a scope, or by dedupe keys.
@@ -166,6 +170,25 @@ pub struct LogsArgs {
     /// Keep printing new lines until the job finishes.
     #[arg(long, short)]
     pub follow: bool,
+}
+
+/// `boxcar replay`.
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// The job id.
+    pub id: String,
+    /// Run this module instead of the one the job's last attempt ran (to
+    /// test a fix); its manifest is the one beside it, else the deployed
+    /// one for the job's type.
+    #[arg(long)]
+    pub module: Option<PathBuf>,
+    /// The manifest to run under, instead of the one found.
+    #[arg(long)]
+    pub manifest: Option<PathBuf>,
+    /// Handlers directory to look for the module and manifest in
+    /// (default: `handlers` in boxcar.toml).
+    #[arg(long)]
+    pub handlers: Option<PathBuf>,
 }
 
 /// `boxcar jobs`.

@@ -1,14 +1,14 @@
 //! The binary's failures that the exit code tells apart, and the mapping
 //! from any failure to its exit code: 0 ok; 1 runtime failure; 2 bad usage
-//! or input; 3 the job waited for failed or was cancelled; 4 a wait timed
-//! out.
+//! or input; 3 the job waited for failed or was cancelled (or a replay
+//! did not succeed); 4 a wait timed out.
 
 /// Bad usage or input: exit code 2.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-/// The job waited for did not succeed: exit code 3.
+/// The job waited for (or replayed) did not succeed: exit code 3.
 #[derive(Debug, thiserror::Error)]
 #[error(
     "job {id} {status}: {}{}",

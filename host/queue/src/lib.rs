@@ -12,6 +12,8 @@
 //!   back), [`PoolStatus`];
 //! - what each run was and what it logged: [`attempt`] ([`Attempt`],
 //!   [`LogLine`]), measured through a [`RunRecord`] a handler fills;
+//! - debugging a stored job: [`replay`] runs it once on a given handler
+//!   and writes nothing;
 //! - recurring jobs: [`schedule`] and [`Scheduler`];
 //! - which types are known and their job defaults, from store state:
 //!   [`deployed`];
@@ -63,8 +65,8 @@ pub use attempt::{Attempt, AttemptOutcome, AttemptUsage, LogLine, LogQuery, Stor
 pub use bounds::EnqueueBounds;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{
-    guest_dedupe_key, FiredTick, Maintenance, Scheduler, SchedulerHandle, Worker, WorkerHandle,
-    INVALID_OUTPUT, UNSTORABLE_OUTCOME,
+    guest_dedupe_key, replay, DryEnqueue, FiredTick, Maintenance, Replay, ReplayRequest, Scheduler,
+    SchedulerHandle, Worker, WorkerHandle, INVALID_OUTPUT, UNSTORABLE_OUTCOME,
 };
 pub use guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 pub use handler::{

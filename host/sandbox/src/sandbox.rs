@@ -262,6 +262,35 @@ impl Sandbox {
         self.load_inner(module.bytes(), module.digest(), limits, caps, Some(compile))
     }
 
+    /// Loads the handler of module `digest` (hex sha256) from the compile
+    /// cache alone, for a version whose module file is gone (replaying a
+    /// job run by an older deploy). `Ok(None)` when caching is off or the
+    /// cache holds no entry for it under this engine's settings.
+    ///
+    /// # Errors
+    /// As [`Sandbox::load`]; [`SandboxError::Compile`] when the entry does
+    /// not load (there are no bytes to compile it again from).
+    pub fn load_cached(
+        &self,
+        digest: &str,
+        limits: HandlerLimits,
+        caps: Capabilities,
+    ) -> Result<Option<Arc<LoadedHandler>>, SandboxError> {
+        let Some(dir) = &self.shared.config.cache_dir else {
+            return Ok(None);
+        };
+        if !cache::entry(dir, digest, &self.shared.engine_key).is_file() {
+            return Ok(None);
+        }
+        let unusable = |_: &[u8]| -> Result<Vec<u8>, SandboxError> {
+            Err(SandboxError::Compile(format!(
+                "the compile cache's entry for sha256 {digest} does not load, and without the module there is nothing to compile"
+            )))
+        };
+        self.load_inner(&[], digest, limits, caps, Some(&unusable))
+            .map(|(handler, _)| Some(handler))
+    }
+
     fn load_inner(
         &self,
         bytes: &[u8],

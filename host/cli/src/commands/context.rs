@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use boxcar_queue::{connect, Queue, Registry};
+use boxcar_queue::{connect, open_store, Queue, Registry};
 
 use crate::{
     cli::Cli,
@@ -45,6 +45,23 @@ impl Context {
         let store = connect(&self.db).await?;
         let queue = Queue::new(store, self.config.queue.clone())?;
         Ok(queue)
+    }
+
+    /// Opens the store as it is, without migrating (nothing is written),
+    /// for commands that only read it; a SQLite file that does not exist is
+    /// refused rather than created.
+    pub async fn existing_queue(&self) -> anyhow::Result<Queue> {
+        let path = self
+            .db
+            .strip_prefix("sqlite://")
+            .or_else(|| self.db.strip_prefix("sqlite:"));
+        if let Some(path) = path.filter(|p| !Path::new(p).exists()) {
+            return Err(crate::error::usage(format!(
+                "no database at {path}: give the one the jobs are in with --db"
+            )));
+        }
+        let store = open_store(&self.db).await?;
+        Ok(Queue::new(store, self.config.queue.clone())?)
     }
 
     /// A producer-side registry: types some live host serves (per the

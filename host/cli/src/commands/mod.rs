@@ -10,6 +10,7 @@ mod demo;
 mod enqueue;
 mod examples;
 mod history;
+mod replay;
 mod schedules;
 mod serve;
 
@@ -29,6 +30,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Jobs(args) => admin::jobs(context, args).await,
         Command::Job { id } => admin::job(context, &id).await,
         Command::Logs(args) => history::logs(context, args).await,
+        Command::Replay(args) => replay::run(context, args).await,
         Command::Counts => admin::counts(context).await,
         Command::Cancel(args) => admin::cancel(context, args).await,
         Command::RetryFailed(args) => admin::retry_failed(context, args).await,

@@ -341,6 +341,10 @@ pub(crate) async fn run(engine: Arc<Engine>) {
                         due.ask_store();
                         break;
                     }
+                    Ok(StoreEvent::Changed) => {
+                        due.ask_store();
+                        break;
+                    }
                     Ok(StoreEvent::Finished(_)) => continue,
                     Err(RecvError::Closed) => {
                         events = engine.store.subscribe();

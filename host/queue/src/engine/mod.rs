@@ -18,6 +18,7 @@ mod dispatch;
 mod due_set;
 mod handler_output;
 mod maintenance;
+mod replay;
 mod run;
 mod scheduler;
 mod services;
@@ -36,6 +37,7 @@ use tokio_util::task::TaskTracker;
 
 pub use handler_output::INVALID_OUTPUT;
 pub use maintenance::Maintenance;
+pub use replay::{replay, DryEnqueue, Replay, ReplayRequest};
 pub use scheduler::{FiredTick, Scheduler, SchedulerHandle};
 pub use services::guest_dedupe_key;
 pub use unstorable::UNSTORABLE_OUTCOME;

@@ -34,7 +34,7 @@ use chrono::Utc;
 
 use super::completer::Done;
 use super::handler_output::admit;
-use super::services::RunServices;
+use super::services::{EnqueueRules, RunServices};
 use super::unstorable::{fail_unstorable, is_refusal};
 use super::{backoff::retry_delay, Engine};
 use crate::attempt::{AttemptEnd, AttemptOutcome};
@@ -239,9 +239,7 @@ pub(crate) async fn run_job(
             queue: engine.queue.clone(),
             worker_id: engine.opts.worker_id.clone(),
             claim: claim.clone(),
-            job_type: job.job_type.clone(),
-            may_enqueue: entry.settings.may_enqueue.clone(),
-            bounds: entry.settings.enqueue_bounds.clone(),
+            rules: EnqueueRules::of(&job.job_type, &entry.settings),
         }),
     };
     let fut = entry.handler.handle(run, ctx);

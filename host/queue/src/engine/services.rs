@@ -16,6 +16,9 @@
 //!   its own handler, never with a producer's.
 //!
 //! Progress must be JSON text of at most `MAX_JSON_BYTES`.
+//!
+//! The rules are free functions, so a replay (`super::replay`) applies the
+//! very same ones while writing nothing.
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -25,7 +28,8 @@ use crate::bounds::EnqueueBounds;
 use crate::handler::{ChildJobRequest, ChildSummary, JobServices, ServiceError};
 use crate::job::{JobFilter, NewJob};
 use crate::queue::{Queue, QueueError};
-use crate::store::ClaimRef;
+use crate::registry::HandlerSettings;
+use crate::store::{ClaimRef, InsertJob};
 use crate::validate::RESERVED_DEDUPE_PREFIX;
 
 pub(crate) struct RunServices {
@@ -33,10 +37,29 @@ pub(crate) struct RunServices {
     pub worker_id: String,
     /// The run's claim (the job and its attempt): the progress fence.
     pub claim: ClaimRef,
+    pub rules: EnqueueRules,
+}
+
+/// What a running job may enqueue.
+#[derive(Clone, Debug)]
+pub(crate) struct EnqueueRules {
     /// The type of the running job (the dedupe namespace of its enqueues).
     pub job_type: String,
+    /// The types it may enqueue.
     pub may_enqueue: Vec<String>,
+    /// Bounds on priority, attempts and delay.
     pub bounds: EnqueueBounds,
+}
+
+impl EnqueueRules {
+    /// The rules for a job of `job_type` run under `settings`.
+    pub(crate) fn of(job_type: &str, settings: &HandlerSettings) -> Self {
+        Self {
+            job_type: job_type.to_string(),
+            may_enqueue: settings.may_enqueue.clone(),
+            bounds: settings.enqueue_bounds.clone(),
+        }
+    }
 }
 
 /// Most children listed for one parent.
@@ -53,44 +76,110 @@ pub fn guest_dedupe_key(enqueuing_type: &str, key: &str) -> String {
     format!("{RESERVED_DEDUPE_PREFIX}from:{namespace}/{key}")
 }
 
-impl RunServices {
-    /// The request as a producer's job, or why it is outside the bounds.
-    fn bounded_job(&self, request: ChildJobRequest) -> Result<NewJob, ServiceError> {
-        let bounds = &self.bounds;
-        let (low, high) = (*bounds.priority.start(), *bounds.priority.end());
-        let priority = match request.priority {
-            None => 0.clamp(low, high),
-            Some(p) if bounds.priority.contains(&p) => p,
-            Some(p) => {
-                return Err(ServiceError::Invalid(format!(
-                    "priority {p} is outside [{low}, {high}], the priorities this handler may give (limits.enqueue_priority in its manifest)"
-                )))
-            }
-        };
-        if let Some(n) = request.max_attempts.filter(|n| *n > bounds.max_attempts) {
+/// The request as a producer's job within `bounds`, or why it is outside
+/// them.
+fn bounded_job(bounds: &EnqueueBounds, request: ChildJobRequest) -> Result<NewJob, ServiceError> {
+    let (low, high) = (*bounds.priority.start(), *bounds.priority.end());
+    let priority = match request.priority {
+        None => 0.clamp(low, high),
+        Some(p) if bounds.priority.contains(&p) => p,
+        Some(p) => {
             return Err(ServiceError::Invalid(format!(
-                "max_attempts {n} is more than {}, the most this handler may give (limits.enqueue_max_attempts in its manifest)",
-                bounds.max_attempts
-            )));
+                "priority {p} is outside [{low}, {high}], the priorities this handler may give (limits.enqueue_priority in its manifest)"
+            )))
         }
-        if let Some(delay) = request.delay.filter(|d| *d > bounds.max_delay) {
-            return Err(ServiceError::Invalid(format!(
-                "a delay of {} ms is longer than {} ms, the longest this handler may give (limits.enqueue_max_delay in its manifest)",
-                delay.as_millis(),
-                bounds.max_delay.as_millis()
-            )));
-        }
-        Ok(NewJob {
-            job_type: request.job_type,
-            payload: request.payload,
-            scope: request.scope,
-            dedupe_key: request.dedupe_key,
-            max_attempts: request.max_attempts,
-            delay: request.delay,
-            priority,
-            ..NewJob::default()
-        })
+    };
+    if let Some(n) = request.max_attempts.filter(|n| *n > bounds.max_attempts) {
+        return Err(ServiceError::Invalid(format!(
+            "max_attempts {n} is more than {}, the most this handler may give (limits.enqueue_max_attempts in its manifest)",
+            bounds.max_attempts
+        )));
     }
+    if let Some(delay) = request.delay.filter(|d| *d > bounds.max_delay) {
+        return Err(ServiceError::Invalid(format!(
+            "a delay of {} ms is longer than {} ms, the longest this handler may give (limits.enqueue_max_delay in its manifest)",
+            delay.as_millis(),
+            bounds.max_delay.as_millis()
+        )));
+    }
+    Ok(NewJob {
+        job_type: request.job_type,
+        payload: request.payload,
+        scope: request.scope,
+        dedupe_key: request.dedupe_key,
+        max_attempts: request.max_attempts,
+        delay: request.delay,
+        priority,
+        ..NewJob::default()
+    })
+}
+
+/// What a job of `rules.job_type` may enqueue: the request checked against
+/// `may_enqueue`, the bounds and the producers' validation, ready to insert
+/// (its dedupe key namespaced).
+///
+/// # Errors
+/// Why the request is refused, as the guest is told.
+pub(super) fn admit_enqueue(
+    queue: &Queue,
+    rules: &EnqueueRules,
+    request: ChildJobRequest,
+) -> Result<InsertJob, ServiceError> {
+    if !rules.may_enqueue.contains(&request.job_type) {
+        return Err(ServiceError::NotAllowed(request.job_type));
+    }
+    let job = bounded_job(&rules.bounds, request)?;
+    let mut prepared = queue.prepare(job).map_err(|e| queue_error(e.into()))?;
+    prepared.dedupe_key = prepared
+        .dedupe_key
+        .map(|key| guest_dedupe_key(&rules.job_type, &key));
+    Ok(prepared)
+}
+
+/// Checks progress text as the engine stores it.
+///
+/// # Errors
+/// The text is over [`MAX_JSON_BYTES`] or not JSON.
+pub(super) fn check_progress(json: &str) -> Result<(), ServiceError> {
+    if json.len() > MAX_JSON_BYTES {
+        return Err(ServiceError::Invalid(format!(
+            "progress of {} bytes is over the {MAX_JSON_BYTES}-byte limit",
+            json.len()
+        )));
+    }
+    if serde_json::from_str::<serde::de::IgnoredAny>(json).is_err() {
+        return Err(ServiceError::Invalid("progress must be JSON text".into()));
+    }
+    Ok(())
+}
+
+/// The children of job `parent_id` (flows), as its handler sees them.
+///
+/// # Errors
+/// The store failed.
+pub(super) async fn children_of(
+    queue: &Queue,
+    parent_id: &str,
+) -> Result<Vec<ChildSummary>, ServiceError> {
+    let filter = JobFilter {
+        parent_id: Some(parent_id.to_string()),
+        limit: Some(MAX_CHILDREN),
+        ..JobFilter::default()
+    };
+    let jobs = queue
+        .find(&filter)
+        .await
+        .map_err(|e| ServiceError::Host(e.to_string()))?;
+    Ok(jobs
+        .into_iter()
+        .map(|j| ChildSummary {
+            id: j.id,
+            job_type: j.job_type,
+            status: j.status.as_str().to_string(),
+            result: j.result,
+            error: j.last_error,
+        })
+        .collect())
 }
 
 fn queue_error(e: QueueError) -> ServiceError {
@@ -103,15 +192,7 @@ fn queue_error(e: QueueError) -> ServiceError {
 impl JobServices for RunServices {
     fn progress(&self, json: String) -> BoxFuture<'_, Result<(), ServiceError>> {
         async move {
-            if json.len() > MAX_JSON_BYTES {
-                return Err(ServiceError::Invalid(format!(
-                    "progress of {} bytes is over the {MAX_JSON_BYTES}-byte limit",
-                    json.len()
-                )));
-            }
-            if serde_json::from_str::<serde::de::IgnoredAny>(&json).is_err() {
-                return Err(ServiceError::Invalid("progress must be JSON text".into()));
-            }
+            check_progress(&json)?;
             self.queue
                 .store()
                 .set_progress(&self.worker_id, &self.claim, &json)
@@ -124,14 +205,7 @@ impl JobServices for RunServices {
 
     fn enqueue(&self, request: ChildJobRequest) -> BoxFuture<'_, Result<String, ServiceError>> {
         async move {
-            if !self.may_enqueue.contains(&request.job_type) {
-                return Err(ServiceError::NotAllowed(request.job_type));
-            }
-            let job = self.bounded_job(request)?;
-            let mut prepared = self.queue.prepare(job).map_err(|e| queue_error(e.into()))?;
-            prepared.dedupe_key = prepared
-                .dedupe_key
-                .map(|key| guest_dedupe_key(&self.job_type, &key));
+            let prepared = admit_enqueue(&self.queue, &self.rules, request)?;
             let mut added = self
                 .queue
                 .add_prepared(vec![prepared])
@@ -145,29 +219,7 @@ impl JobServices for RunServices {
     }
 
     fn children(&self) -> BoxFuture<'_, Result<Vec<ChildSummary>, ServiceError>> {
-        async move {
-            let filter = JobFilter {
-                parent_id: Some(self.claim.id.clone()),
-                limit: Some(MAX_CHILDREN),
-                ..JobFilter::default()
-            };
-            let jobs = self
-                .queue
-                .find(&filter)
-                .await
-                .map_err(|e| ServiceError::Host(e.to_string()))?;
-            Ok(jobs
-                .into_iter()
-                .map(|j| ChildSummary {
-                    id: j.id,
-                    job_type: j.job_type,
-                    status: j.status.as_str().to_string(),
-                    result: j.result,
-                    error: j.last_error,
-                })
-                .collect())
-        }
-        .boxed()
+        async move { children_of(&self.queue, &self.claim.id).await }.boxed()
     }
 }
 

@@ -6,9 +6,9 @@
 //! other processes through their reconcile pass; the facade holds no SQL.
 
 mod history;
+mod wait;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use parking_lot::RwLock;
@@ -25,8 +25,7 @@ use crate::observer::{LifecycleEvent, LifecycleObserver, LifecycleOutcome, Obser
 use crate::options::{OptionsError, QueueOptions};
 use crate::registry::{PoolConfig, Registry};
 use crate::store::{
-    CancelParams, CancelTarget, CancelledJob, InsertJob, JobStore, PruneParams, StoreError,
-    StoreEvent, TxConn,
+    CancelParams, CancelTarget, CancelledJob, InsertJob, JobStore, PruneParams, StoreError, TxConn,
 };
 use crate::validate::{check_fields, check_payload, EnqueueError};
 
@@ -512,44 +511,6 @@ impl Queue {
                 statuses,
             })
             .await
-    }
-
-    /// Waits until the job is terminal and returns it (request/reply).
-    /// Notification-driven where the store relays completions (memory,
-    /// Postgres, same-process SQLite), with a 100 ms re-check otherwise.
-    ///
-    /// # Errors
-    /// [`WaitError::Timeout`], [`WaitError::NotFound`] or a store error.
-    pub async fn wait(&self, id: &str, timeout: Duration) -> Result<Job, WaitError> {
-        // A timeout too long to represent waits for as long as one can.
-        let deadline = crate::time::instant_after(timeout);
-        let mut events = self.inner.store.subscribe();
-        loop {
-            match self.inner.store.get(id).await? {
-                None => return Err(WaitError::NotFound(id.to_string())),
-                Some(j) if j.status.is_terminal() => return Ok(j),
-                Some(_) => {}
-            }
-            let recheck = tokio::time::Instant::now() + Duration::from_millis(100);
-            let until = recheck.min(deadline);
-            loop {
-                tokio::select! {
-                    ev = events.recv() => match ev {
-                        Ok(StoreEvent::Finished(done)) if done == id => break,
-                        Ok(_) => continue,
-                        Err(_) => break,
-                    },
-                    () = tokio::time::sleep_until(until) => break,
-                }
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return match self.inner.store.get(id).await? {
-                    Some(j) if j.status.is_terminal() => Ok(j),
-                    Some(_) => Err(WaitError::Timeout(id.to_string())),
-                    None => Err(WaitError::NotFound(id.to_string())),
-                };
-            }
-        }
     }
 
     /// Records a handler deploy event.

@@ -95,6 +95,10 @@ pub enum StoreEvent {
     Inserted(String),
     /// A job reached a terminal status (wake a waiter).
     Finished(String),
+    /// Another process committed something the store could not name (a
+    /// SQLite file shared by several processes): a waiter reads its job
+    /// again, a dispatcher asks which types are due.
+    Changed,
 }
 
 /// A caller's open transaction (or connection) to enqueue through. Its
@@ -498,7 +502,9 @@ pub trait JobStore: Send + Sync + 'static {
     ) -> Result<Option<Blocker>, StoreError>;
 
     /// Local notifications (inserts, terminal transitions). Postgres also
-    /// relays other processes' inserts and completions via LISTEN/NOTIFY.
+    /// relays other processes' inserts and completions via LISTEN/NOTIFY;
+    /// SQLite tells of other processes' commits with
+    /// [`StoreEvent::Changed`] while anyone subscribes.
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent>;
 
     /// Makes `host`'s deployed-type rows exactly `params.types` and

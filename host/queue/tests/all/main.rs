@@ -15,6 +15,8 @@ mod metrics;
 mod migrate;
 mod model;
 mod multiprocess;
+mod replay;
 mod schedules;
 mod sqlite_pool;
+mod sqlite_watch;
 mod traced;

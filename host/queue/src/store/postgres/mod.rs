@@ -111,6 +111,11 @@ async fn migrate_schema(conn: &mut PgConnection, schema: &str) -> Result<(), Sto
 }
 
 impl PostgresStore {
+    /// Local events plus the LISTEN relay's (see `listen`).
+    fn subscribe_events(&self) -> broadcast::Receiver<StoreEvent> {
+        self.events.subscribe()
+    }
+
     /// Connects to `url` using tables in `schema` (created by `migrate`).
     /// Starts the LISTEN task that relays wake-ups.
     ///

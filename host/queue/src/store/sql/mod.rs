@@ -396,7 +396,7 @@ macro_rules! sql_job_store {
             }
 
             fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
-                self.events.subscribe()
+                self.subscribe_events()
             }
 
             async fn record_deployed_types(

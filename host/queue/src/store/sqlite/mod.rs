@@ -18,13 +18,15 @@
 //!   migrating one file at the same moment apply each version once; opening
 //!   retries a set-up that SQLite refused with an immediate `SQLITE_BUSY`.
 //!
-//! Modules by concern: `writes` (insert, claim, complete, retry, fail,
+//! Modules by concern: `changes` (other processes' commits, noticed),
+//! `writes` (insert, claim, complete, retry, fail,
 //! release, progress), `admin` (inspect, cancel, retry failed, prune),
 //! `events`, `deployed_types`, `due` (which types have due work,
 //! multi-type claims), `history` (attempts and logs), `schedules`, `tx` (the primitives the shared policies run on:
 //! guarded claims, rescue, guard answers) and `rows` (column reads).
 
 mod admin;
+mod changes;
 mod deployed_types;
 mod due;
 mod events;
@@ -68,8 +70,11 @@ pub struct SqliteStore {
     events: broadcast::Sender<StoreEvent>,
     /// Serializes this process's writers, so they queue here instead of in
     /// SQLite's sleeping busy handler (which starves one writer under load).
-    /// Other processes still wait through the busy timeout.
-    write: Arc<tokio::sync::Mutex<()>>,
+    /// Other processes still wait through the busy timeout. Counts writes,
+    /// so the watch tells other processes' commits from ours.
+    write: Arc<changes::WriteLock>,
+    /// Publishes other processes' commits to subscribers.
+    watch: Arc<changes::Watch>,
     /// The shared statements, spelled for SQLite.
     sql: Arc<Dialect>,
 }
@@ -141,13 +146,29 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(false);
-        let pool = connect_pool(opts).await?;
+        let pool = connect_pool(opts.clone()).await?;
+        let events = broadcast::channel(1024).0;
+        let write = Arc::new(changes::WriteLock::default());
+        let watch = Arc::new(changes::Watch::new(
+            opts,
+            events.clone(),
+            Arc::clone(&write),
+        ));
         Ok(Self {
             pool,
-            events: broadcast::channel(1024).0,
-            write: Arc::new(tokio::sync::Mutex::new(())),
+            events,
+            write,
+            watch,
             sql: Arc::new(Dialect::sqlite()),
         })
+    }
+
+    /// Local events, plus [`StoreEvent::Changed`] for other processes'
+    /// commits while anyone subscribes (see `changes`).
+    fn subscribe_events(&self) -> broadcast::Receiver<StoreEvent> {
+        let receiver = self.events.subscribe();
+        self.watch.subscribed();
+        receiver
     }
 
     /// The connection pool (for transactional enqueue in the same database).

@@ -1,0 +1,57 @@
+//! Two store instances on one SQLite file stand for two processes: one
+//! learns of the other's commits at once (not on a poll tick), and never
+//! of its own.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use boxcar_queue::store::sqlite::SqliteStore;
+use boxcar_queue::store::StoreEvent;
+use boxcar_queue::{JobStore, NewJob, Queue, QueueOptions};
+use serde_json::json;
+
+async fn two_stores() -> (tempfile::TempDir, SqliteStore, SqliteStore) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("boxcar.db").display());
+    let first = SqliteStore::open(&url).await.expect("open");
+    first.migrate().await.expect("migrate");
+    let second = SqliteStore::open(&url).await.expect("open again");
+    (dir, first, second)
+}
+
+/// The watch publishes the other instance's commits, not its own writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_other_instances_commits_are_published() {
+    let (_dir, mine, other) = two_stores().await;
+    let mut events = mine.subscribe();
+    // The first poll always publishes (nothing to compare with yet).
+    let first = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
+    assert!(matches!(first, Ok(Ok(StoreEvent::Changed))), "{first:?}");
+
+    let my_queue = Queue::new(Arc::new(mine.clone()), QueueOptions::default()).expect("queue");
+    for n in 0..20 {
+        my_queue
+            .add(NewJob::new("t", &json!({ "n": n })))
+            .await
+            .expect("add");
+    }
+    let quiet = Instant::now() + Duration::from_millis(200);
+    while let Ok(event) = tokio::time::timeout_at(quiet.into(), events.recv()).await {
+        let event = event.expect("event");
+        assert!(
+            matches!(event, StoreEvent::Inserted(_)),
+            "own writes publish no Changed: {event:?}"
+        );
+    }
+
+    let queue = Queue::new(Arc::new(other), QueueOptions::default()).expect("queue");
+    let start = Instant::now();
+    queue.add(NewJob::new("t", &json!({}))).await.expect("add");
+    let seen = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
+    assert!(matches!(seen, Ok(Ok(StoreEvent::Changed))), "{seen:?}");
+    println!(
+        "the other instance's insert was published after {:?}",
+        start.elapsed()
+    );
+    assert!(start.elapsed() < Duration::from_millis(100));
+}
