@@ -12,6 +12,7 @@
 //!   back), [`PoolStatus`];
 //! - what each run was and what it logged: [`attempt`] ([`Attempt`],
 //!   [`LogLine`]), measured through a [`RunRecord`] a handler fills;
+//! - a producer's W3C trace context carried by a job: [`trace_context`];
 //! - recurring jobs: [`schedule`] and [`Scheduler`];
 //! - which types are known and their job defaults, from store state:
 //!   [`deployed`];
@@ -54,6 +55,7 @@ pub mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
 mod time;
+pub mod trace_context;
 mod validate;
 
 pub use attempt::{Attempt, AttemptOutcome, AttemptUsage, LogLine, LogQuery, StoredLogLine};
@@ -61,7 +63,7 @@ pub use bounds::EnqueueBounds;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{
     guest_dedupe_key, FiredTick, Maintenance, Scheduler, SchedulerHandle, Worker, WorkerHandle,
-    INVALID_OUTPUT, UNSTORABLE_OUTCOME,
+    INVALID_OUTPUT, RUN_SPAN_TARGET, UNSTORABLE_OUTCOME,
 };
 pub use guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 pub use handler::{
@@ -83,4 +85,5 @@ pub use run_record::RunRecord;
 pub use store::connect::{connect, open_store};
 pub use store::{JobStore, StoreError, TxConn};
 pub use time::far_future;
+pub use trace_context::{InvalidTraceparent, TraceParent};
 pub use validate::{EnqueueError, PayloadLimits};

@@ -19,6 +19,7 @@ mod due_set;
 mod handler_output;
 mod maintenance;
 mod run;
+mod run_span;
 mod scheduler;
 mod services;
 mod unstorable;
@@ -36,6 +37,7 @@ use tokio_util::task::TaskTracker;
 
 pub use handler_output::INVALID_OUTPUT;
 pub use maintenance::Maintenance;
+pub use run_span::TARGET as RUN_SPAN_TARGET;
 pub use scheduler::{FiredTick, Scheduler, SchedulerHandle};
 pub use services::guest_dedupe_key;
 pub use unstorable::UNSTORABLE_OUTCOME;

@@ -31,6 +31,7 @@ use chrono::Utc;
 
 use super::completer::Done;
 use super::handler_output::admit;
+use super::run_span::record_outcome;
 use super::services::RunServices;
 use super::unstorable::{fail_unstorable, is_refusal};
 use super::{backoff::retry_delay, Engine};
@@ -192,6 +193,7 @@ pub(crate) async fn run_job(
     if lease_deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
         tracing::warn!(job_id = %job.id, "the claim's lease ran out before its run started (was this process paused?); not running it: the job is recovered after its lease");
         engine.queue.inflight().remove(&claim);
+        record_outcome(None, AttemptOutcome::LeaseLost, None);
         engine
             .queue
             .emit(event(LifecycleOutcome::LeaseLost, None, None));
@@ -246,9 +248,11 @@ pub(crate) async fn run_job(
         flush_logs(&engine, &record).await;
     }
     let attempt = attempt_end(&record, &outcome, duration);
+    let cause = attempt.outcome;
 
     match (handle.reason(), outcome) {
         (Some(AbortReason::Cancelled), _) => {
+            record_outcome(None, AttemptOutcome::Cancelled, None);
             engine.queue.emit(event(
                 LifecycleOutcome::Cancelled,
                 Some("cancelled".into()),
@@ -258,13 +262,16 @@ pub(crate) async fn run_job(
         (Some(AbortReason::LeaseLost), _) => {
             let row = engine.store.get(&job.id).await.ok().flatten();
             let outcome = if row.is_some_and(|r| r.status == JobStatus::Cancelled) {
+                record_outcome(None, AttemptOutcome::Cancelled, None);
                 LifecycleOutcome::Cancelled
             } else {
+                record_outcome(None, AttemptOutcome::LeaseLost, None);
                 LifecycleOutcome::LeaseLost
             };
             engine.queue.emit(event(outcome, None, Some(duration)));
         }
         (Some(AbortReason::Shutdown), _) => {
+            record_outcome(None, AttemptOutcome::Released, None);
             let params = ReleaseParams {
                 worker_id,
                 claims: vec![claim],
@@ -274,6 +281,7 @@ pub(crate) async fn run_job(
             }
         }
         (None, Outcome::Succeeded { result }) => {
+            record_outcome(cause, AttemptOutcome::Succeeded, None);
             let done = Done {
                 claim,
                 result,
@@ -295,6 +303,7 @@ pub(crate) async fn run_job(
                 details,
             },
         ) => {
+            record_outcome(cause, AttemptOutcome::Failed, Some(&message));
             fail(&engine, &job, message, (code, details), attempt, duration).await;
         }
         (None, other) => {
@@ -310,8 +319,10 @@ pub(crate) async fn run_job(
                 .error_message()
                 .unwrap_or_else(|| "unknown failure".into());
             if consumes && job.attempts >= job.max_attempts {
+                record_outcome(cause, AttemptOutcome::Failed, Some(&message));
                 fail(&engine, &job, message, (None, None), attempt, duration).await;
             } else {
+                record_outcome(cause, AttemptOutcome::Retried, Some(&message));
                 let backoff = (retry_after, consumes);
                 retry(&engine, &job, message, backoff, attempt, duration).await;
             }

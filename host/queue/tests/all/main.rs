@@ -16,4 +16,5 @@ mod model;
 mod multiprocess;
 mod schedules;
 mod sqlite_pool;
+mod trace_context;
 mod traced;
