@@ -23,3 +23,4 @@ mod relocatable;
 mod results;
 mod schedules;
 mod sqlite_faults;
+mod telemetry;
