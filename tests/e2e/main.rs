@@ -26,3 +26,4 @@ mod results;
 mod schedules;
 mod sqlite_faults;
 mod wait;
+mod telemetry;

@@ -17,6 +17,10 @@ pub struct Cli {
     /// Machine-readable JSON output instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+    /// The format of boxcar's own log on stderr: text (coloured only on a
+    /// terminal) or json (one object per line). Overrides `[log] format`.
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<crate::config::LogFormat>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -20,8 +20,10 @@ use serde::Deserialize;
 
 mod sandbox;
 mod schedules;
+mod telemetry;
 
 pub use sandbox::SandboxSettings;
+pub use telemetry::{LogFormat, OtelSettings};
 
 use crate::units::{ByteSize, HumanDuration};
 
@@ -57,6 +59,9 @@ struct RawConfig {
     schedules_owner: Option<String>,
     #[serde(default)]
     schedules: Vec<schedules::RawSchedule>,
+    #[serde(default)]
+    log: telemetry::RawLog,
+    otel: Option<telemetry::RawOtel>,
 }
 
 #[derive(Deserialize, Default)]
@@ -122,6 +127,10 @@ pub struct Config {
     /// Who owns the declared schedules: a host reconciling them removes
     /// only stored schedules of this owner that are no longer declared.
     pub schedules_owner: String,
+    /// The format of the host's own log.
+    pub log_format: LogFormat,
+    /// Where job-run spans are exported; `None`: nowhere.
+    pub otel: Option<OtelSettings>,
 }
 
 impl Default for Config {
@@ -227,6 +236,7 @@ impl Config {
             ));
         }
         let schedules = schedules::resolve(raw.schedules).map_err(invalid)?;
+        let otel = telemetry::resolve_otel(raw.otel).map_err(invalid)?;
 
         Ok(Self {
             db: raw.db,
@@ -240,6 +250,8 @@ impl Config {
             pools,
             schedules,
             schedules_owner,
+            log_format: telemetry::resolve_log(raw.log),
+            otel,
         })
     }
 }
@@ -347,6 +359,13 @@ mod tests {
         assert_eq!(config.worker.shutdown_grace, Duration::from_secs(15));
         assert_eq!(config.queue.default_max_attempts, 3);
         assert!(config.worker.retention.is_none());
+        assert_eq!(config.log_format, LogFormat::Text);
+        assert!(config.otel.is_none(), "no span export unless configured");
+        let config = parse("[log]\nformat = \"json\"\n[otel]\nendpoint = \"http://127.0.0.1:4318\"\nservice_name = \"jobs\"\n").expect("valid");
+        assert_eq!(config.log_format, LogFormat::Json);
+        let otel = config.otel.expect("configured");
+        assert_eq!(otel.traces_url, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(otel.service_name, "jobs");
         assert!(config.sandbox.engine.pooling);
         assert_eq!(
             config.sandbox.engine.scratch_mode,
@@ -441,6 +460,9 @@ mod tests {
                 "pools.api.costs",
             ),
             ("pol_interval = \"1s\"\n", "pol_interval"),
+            ("[log]\nformat = \"xml\"\n", "xml"),
+            ("[otel]\nservice_name = \"x\"\n", "otel.endpoint"),
+            ("[otel]\nendpoint = \"https://c:4318\"\n", "otel.endpoint"),
             ("[worker]\npoll_interval = \"fast\"\n", "fast"),
         ] {
             let error = parse(text).unwrap_err().to_string();

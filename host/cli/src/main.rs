@@ -16,6 +16,7 @@ mod output;
 mod protected;
 mod sandbox_glue;
 mod schema;
+mod telemetry;
 mod toml_file;
 mod units;
 mod views;
@@ -30,7 +31,6 @@ fn main() -> ExitCode {
         // No runtime and no tracing: the child compiles and exits.
         return deploy::compile::child_main(args);
     }
-    init_tracing(&cli.command);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -48,21 +48,4 @@ fn main() -> ExitCode {
             ExitCode::from(error::exit_code(&error))
         }
     }
-}
-
-fn init_tracing(command: &cli::Command) {
-    use tracing_subscriber::EnvFilter;
-    let default = match command {
-        cli::Command::Serve(_) => "info,wasmtime=warn,cranelift=warn",
-        cli::Command::Demo(_) | cli::Command::Bench(_) => "warn",
-        _ => "warn",
-    };
-    let filter = EnvFilter::try_from_env("BOXCAR_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    // Spans close with their timings: `BOXCAR_LOG=info,boxcar_queue::store=debug`
-    // prints every database round trip (`store.<method>`) and how long it took.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_span_events(tracing_subscriber::fmt::format::FmtSpan::CLOSE)
-        .with_writer(std::io::stderr)
-        .try_init();
 }

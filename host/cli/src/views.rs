@@ -31,6 +31,8 @@ pub struct JobView {
     pub parent_id: Option<String>,
     pub schedule_id: Option<String>,
     pub handler_version: Option<String>,
+    /// The producer's W3C trace context, when it gave one.
+    pub traceparent: Option<String>,
     pub run_at: String,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
@@ -68,6 +70,7 @@ impl From<&Job> for JobView {
             parent_id: job.parent_id.clone(),
             schedule_id: job.schedule_id.clone(),
             handler_version: job.handler_version.clone(),
+            traceparent: job.traceparent.clone(),
             run_at: time(job.run_at),
             started_at: job.started_at.map(time),
             finished_at: job.finished_at.map(time),

@@ -128,6 +128,8 @@ pub struct Job {
     pub expires_at: Option<DateTime<Utc>>,
     /// Version (module digest) of the handler that last ran it.
     pub handler_version: Option<String>,
+    /// The producer's W3C trace context (`traceparent`), when it gave one.
+    pub traceparent: Option<String>,
     /// Insert time.
     pub created_at: DateTime<Utc>,
     /// Last write time.
@@ -162,6 +164,10 @@ pub struct NewJob {
     pub parent_id: Option<String>,
     /// Schedule that enqueued the job.
     pub schedule_id: Option<String>,
+    /// The producer's W3C trace context (`00-<trace id>-<span id>-<flags>`):
+    /// the job's runs are traced as children of that span. Checked at
+    /// enqueue.
+    pub traceparent: Option<String>,
 }
 
 impl fmt::Debug for NewJob {
@@ -230,6 +236,13 @@ impl NewJob {
     /// Sets a relative start deadline.
     pub fn ttl(mut self, d: Duration) -> Self {
         self.ttl = Some(d);
+        self
+    }
+    /// Carries the producer's W3C `traceparent` (e.g. the current span's
+    /// `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`), so the job's
+    /// runs join the producer's trace.
+    pub fn traceparent(mut self, traceparent: impl Into<String>) -> Self {
+        self.traceparent = Some(traceparent.into());
         self
     }
     /// Makes the job a child of `parent_id`.

@@ -14,6 +14,7 @@
 //!   [`LogLine`]), measured through a [`RunRecord`] a handler fills;
 //! - debugging a stored job: [`replay`] runs it once on a given handler
 //!   and writes nothing;
+//! - a producer's W3C trace context carried by a job: [`trace_context`];
 //! - recurring jobs: [`schedule`] and [`Scheduler`];
 //! - which types are known and their job defaults, from store state:
 //!   [`deployed`];
@@ -59,6 +60,7 @@ pub mod store;
 #[cfg(feature = "test-util")]
 pub mod testing;
 mod time;
+pub mod trace_context;
 mod validate;
 
 pub use attempt::{Attempt, AttemptOutcome, AttemptUsage, LogLine, LogQuery, StoredLogLine};
@@ -66,7 +68,7 @@ pub use bounds::EnqueueBounds;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::{
     guest_dedupe_key, replay, DryEnqueue, FiredTick, Maintenance, Replay, ReplayRequest, Scheduler,
-    SchedulerHandle, Worker, WorkerHandle, INVALID_OUTPUT, UNSTORABLE_OUTCOME,
+    SchedulerHandle, Worker, WorkerHandle, INVALID_OUTPUT, RUN_SPAN_TARGET, UNSTORABLE_OUTCOME,
 };
 pub use guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 pub use handler::{
@@ -88,4 +90,5 @@ pub use run_record::RunRecord;
 pub use store::connect::{connect, open_store};
 pub use store::{JobStore, StoreError, TxConn};
 pub use time::far_future;
+pub use trace_context::{InvalidTraceparent, TraceParent};
 pub use validate::{EnqueueError, PayloadLimits};

@@ -83,6 +83,14 @@ pub enum EnqueueError {
         /// The job type.
         job_type: String,
     },
+    /// The `traceparent` is not a W3C trace context.
+    #[error("job `{job_type}`: {error}")]
+    InvalidTraceparent {
+        /// The job type.
+        job_type: String,
+        /// What is wrong with it.
+        error: crate::trace_context::InvalidTraceparent,
+    },
     /// `run_at` + delay or the expiry is out of range.
     #[error("job `{job_type}`: {field} is not a valid time (out of range)")]
     InvalidTime {
@@ -392,6 +400,14 @@ pub fn check_fields(job: &NewJob) -> Result<(), EnqueueError> {
             job_type: job_type(),
             field: "expires_at",
         });
+    }
+    if let Some(traceparent) = &job.traceparent {
+        crate::trace_context::TraceParent::parse(traceparent).map_err(|error| {
+            EnqueueError::InvalidTraceparent {
+                job_type: job_type(),
+                error,
+            }
+        })?;
     }
     Ok(())
 }

@@ -94,6 +94,7 @@ impl From<EnqueueError> for ApiError {
             EnqueueError::UnknownJobType { .. } => "unknown_job_type",
             EnqueueError::PayloadTooLarge { .. } => "payload_too_large",
             EnqueueError::SchemaViolation { .. } => "schema_violation",
+            EnqueueError::InvalidTraceparent { .. } => "invalid_traceparent",
             _ => "invalid_job",
         };
         let status = match &error {

@@ -115,12 +115,21 @@ async fn dashboard() -> Html<&'static str> {
     Html(include_str!("dashboard.html"))
 }
 
+/// `POST /jobs`: a `traceparent` header (W3C trace context) is stored on
+/// the job and its children, so their runs join the caller's trace.
 async fn enqueue(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     body: Result<Json<EnqueueRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(request) = body?;
-    let (job, children) = request.into_jobs()?;
+    let traceparent = requests::traceparent(&headers)?;
+    let (mut job, mut children) = request.into_jobs()?;
+    if let Some(traceparent) = traceparent {
+        for job in std::iter::once(&mut job).chain(children.iter_mut()) {
+            job.traceparent = Some(traceparent.clone());
+        }
+    }
     if children.is_empty() {
         let added = state.queue.add(job).await?;
         let status = if added.deduplicated {

@@ -74,6 +74,30 @@ impl EnqueueRequest {
     }
 }
 
+/// The request's `traceparent` header, if any (checked at enqueue).
+///
+/// # Errors
+/// The header is not text, or appears more than once.
+pub fn traceparent(headers: &axum::http::HeaderMap) -> Result<Option<String>, ApiError> {
+    let mut values = headers.get_all("traceparent").iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(ApiError::bad_request(
+            "invalid_traceparent",
+            "more than one traceparent header; send one W3C trace context",
+        ));
+    }
+    let text = value.to_str().map_err(|_| {
+        ApiError::bad_request(
+            "invalid_traceparent",
+            "the traceparent header is not ASCII text; send a W3C trace context (00-<32 hex>-<16 hex>-<2 hex>)",
+        )
+    })?;
+    Ok(Some(text.to_string()))
+}
+
 /// `POST /jobs/{id}/cancel` and `POST /scopes/{type}/{id}/cancel`.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]

@@ -404,3 +404,63 @@ async fn metrics_show_pending_jobs_per_type_due_and_scheduled_apart() {
         assert!(text.lines().any(|l| l == line), "{line:?} in:\n{text}");
     }
 }
+
+#[tokio::test]
+async fn the_traceparent_header_is_stored_on_the_job_and_checked() {
+    const PRODUCER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let (app, queue) = app(None).await;
+    let post = |traceparent: Option<&'static str>, body: Value| {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri("/jobs")
+            .header(header::CONTENT_TYPE, "application/json");
+        if let Some(traceparent) = traceparent {
+            request = request.header("traceparent", traceparent);
+        }
+        request.body(Body::from(body.to_string())).expect("request")
+    };
+    let (status, body) = respond(&app, post(Some(PRODUCER), json!({"job_type": "mail"}))).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let id = body["id"].as_str().expect("id");
+    let job = queue.get(id).await.expect("get").expect("stored");
+    assert_eq!(job.traceparent.as_deref(), Some(PRODUCER));
+    let (_, view) = call(&app, Method::GET, &format!("/jobs/{id}"), None).await;
+    assert_eq!(view["traceparent"], PRODUCER);
+
+    let flow = json!({"job_type": "mail", "children": [{"job_type": "mail"}]});
+    let (status, body) = respond(&app, post(Some(PRODUCER), flow)).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let child = body["children"][0].as_str().expect("child");
+    let child = queue.get(child).await.expect("get").expect("stored");
+    assert_eq!(
+        child.traceparent.as_deref(),
+        Some(PRODUCER),
+        "children join the trace"
+    );
+
+    let (status, body) = respond(&app, post(None, json!({"job_type": "mail"}))).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let plain = queue
+        .get(body["id"].as_str().expect("id"))
+        .await
+        .expect("get");
+    assert_eq!(plain.expect("stored").traceparent, None);
+
+    let before = queue.count_by_status().await.expect("counts").pending;
+    for bad in [
+        "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+        "garbage",
+    ] {
+        let (status, body) = respond(&app, post(Some(bad), json!({"job_type": "mail"}))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {body}");
+        assert_eq!(body["error"], "invalid_traceparent", "{body}");
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(message.contains("W3C trace context"), "{message}");
+    }
+    assert_eq!(
+        queue.count_by_status().await.expect("counts").pending,
+        before,
+        "a refused traceparent writes nothing"
+    );
+}

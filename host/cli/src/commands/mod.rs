@@ -21,9 +21,17 @@ use crate::{
     error::usage,
 };
 
-/// Runs the parsed command.
+/// Runs the parsed command with the host's log (and span export) set up
+/// from the configuration; batched spans are exported before it returns.
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     let context = Context::load(&cli)?;
+    let telemetry = crate::telemetry::init(&cli, &context.config)?;
+    let result = dispatch(cli, context).await;
+    telemetry.shutdown().await;
+    result
+}
+
+async fn dispatch(cli: Cli, context: Context) -> anyhow::Result<()> {
     match cli.command {
         Command::Serve(args) => serve::run(context, args).await,
         Command::Enqueue(args) => enqueue::run(context, args).await,

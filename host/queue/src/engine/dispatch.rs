@@ -32,8 +32,10 @@ use tokio::sync::broadcast::error::RecvError;
 // tokio's clock, so a paused-time test can cover the once-a-minute repeat.
 use tokio::time::Instant;
 
+use tracing::Instrument;
+
 use super::due_set::DueSet;
-use super::{run, Engine};
+use super::{run, run_span, Engine};
 use crate::attempt::AttemptOutcome;
 use crate::guards::Blocker;
 use crate::job::Job;
@@ -119,13 +121,11 @@ fn start_runs(
     engine.take_slots(&entry.job_type, claimed.len() as u32);
     for job in claimed {
         let handle = engine.queue.inflight().insert(&ClaimRef::of(&job));
-        engine.runs.spawn(run::run_job(
-            engine.clone(),
-            entry.clone(),
-            job,
-            handle,
-            lease_deadline,
-        ));
+        let span = run_span::span(&job, &entry.version);
+        engine.runs.spawn(
+            run::run_job(engine.clone(), entry.clone(), job, handle, lease_deadline)
+                .instrument(span),
+        );
     }
 }
 

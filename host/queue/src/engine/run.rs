@@ -34,6 +34,7 @@ use chrono::Utc;
 
 use super::completer::Done;
 use super::handler_output::admit;
+use super::run_span::record_outcome;
 use super::services::{EnqueueRules, RunServices};
 use super::unstorable::{fail_unstorable, is_refusal};
 use super::{backoff::retry_delay, Engine};
@@ -204,6 +205,7 @@ pub(crate) async fn run_job(
     if lease_deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
         tracing::warn!(job_id = %job.id, "the claim's lease ran out before its run started (was this process paused?); not running it: the job is recovered after its lease");
         engine.queue.inflight().remove(&claim);
+        record_outcome(None, AttemptOutcome::LeaseLost, None);
         let metrics = engine.queue.metrics();
         metrics.ended(&job.job_type, AttemptOutcome::LeaseLost, None, None);
         engine
@@ -262,10 +264,12 @@ pub(crate) async fn run_job(
         flush_logs(&engine, &record).await;
     }
     let attempt = attempt_end(&record, &outcome, duration);
-    let mut ended = ended_as(handle.reason(), &outcome, attempt.outcome, &job);
+    let cause = attempt.outcome;
+    let mut ended = ended_as(handle.reason(), &outcome, cause, &job);
 
     match (handle.reason(), outcome) {
         (Some(AbortReason::Cancelled), _) => {
+            record_outcome(None, AttemptOutcome::Cancelled, None);
             engine.queue.emit(event(
                 LifecycleOutcome::Cancelled,
                 Some("cancelled".into()),
@@ -276,13 +280,16 @@ pub(crate) async fn run_job(
             let row = engine.store.get(&job.id).await.ok().flatten();
             let outcome = if row.is_some_and(|r| r.status == JobStatus::Cancelled) {
                 ended = AttemptOutcome::Cancelled;
+                record_outcome(None, AttemptOutcome::Cancelled, None);
                 LifecycleOutcome::Cancelled
             } else {
+                record_outcome(None, AttemptOutcome::LeaseLost, None);
                 LifecycleOutcome::LeaseLost
             };
             engine.queue.emit(event(outcome, None, Some(duration)));
         }
         (Some(AbortReason::Shutdown), _) => {
+            record_outcome(None, AttemptOutcome::Released, None);
             let params = ReleaseParams {
                 worker_id,
                 claims: vec![claim],
@@ -296,6 +303,7 @@ pub(crate) async fn run_job(
             }
         }
         (None, Outcome::Succeeded { result }) => {
+            record_outcome(cause, AttemptOutcome::Succeeded, None);
             let done = Done {
                 claim,
                 result,
@@ -317,6 +325,7 @@ pub(crate) async fn run_job(
                 details,
             },
         ) => {
+            record_outcome(cause, AttemptOutcome::Failed, Some(&message));
             fail(&engine, &job, message, (code, details), attempt, duration).await;
         }
         (None, other) => {
@@ -332,8 +341,10 @@ pub(crate) async fn run_job(
                 .error_message()
                 .unwrap_or_else(|| "unknown failure".into());
             if gives_up(consumes, &job) {
+                record_outcome(cause, AttemptOutcome::Failed, Some(&message));
                 fail(&engine, &job, message, (None, None), attempt, duration).await;
             } else {
+                record_outcome(cause, AttemptOutcome::Retried, Some(&message));
                 let backoff = (retry_after, consumes);
                 retry(&engine, &job, message, backoff, attempt, duration).await;
             }

@@ -154,6 +154,7 @@ impl Scheduler {
             ttl: None,
             parent_id: None,
             schedule_id: Some(def.id.clone()),
+            traceparent: None,
         }
     }
 

@@ -216,6 +216,7 @@ impl Queue {
             ttl: job.ttl,
             parent_id: job.parent_id,
             schedule_id: job.schedule_id,
+            traceparent: job.traceparent,
         })
     }
 

@@ -166,6 +166,8 @@ pub struct InsertJob {
     pub parent_id: Option<String>,
     /// Schedule.
     pub schedule_id: Option<String>,
+    /// The producer's W3C trace context (checked).
+    pub traceparent: Option<String>,
 }
 
 /// Claim up to `limit` due jobs of one type.

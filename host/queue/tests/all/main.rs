@@ -19,4 +19,5 @@ mod replay;
 mod schedules;
 mod sqlite_pool;
 mod sqlite_watch;
+mod trace_context;
 mod traced;

@@ -82,6 +82,7 @@ pub(super) async fn add_many(
                 schedule_id: j.schedule_id,
                 expires_at,
                 handler_version: None,
+                traceparent: j.traceparent,
                 created_at: now,
                 updated_at: now,
             };

@@ -113,6 +113,7 @@ mod tests {
             schedule_id: None,
             expires_at: None,
             handler_version: None,
+            traceparent: None,
             created_at: now,
             updated_at: now,
         }

@@ -48,6 +48,7 @@ struct Columns {
     schedule_id: Vec<Option<String>>,
     expires_at: Vec<Option<DateTime<Utc>>>,
     ttl_ms: Vec<Option<i64>>,
+    traceparent: Vec<Option<String>>,
 }
 
 impl Columns {
@@ -73,6 +74,7 @@ impl Columns {
             c.schedule_id.push(j.schedule_id.clone());
             c.expires_at.push(j.expires_at);
             c.ttl_ms.push(j.ttl.map(time::millis));
+            c.traceparent.push(j.traceparent.clone());
         }
         c
     }
@@ -102,17 +104,17 @@ pub(super) async fn insert_all(
     }
     let sql = format!(
         "INSERT INTO {jobs_table} (id, job_type, payload, scope_type, scope_id, priority, run_at, \
-           max_attempts, dedupe_key, parent_id, schedule_id, expires_at) \
+           max_attempts, dedupe_key, parent_id, schedule_id, expires_at, traceparent) \
          SELECT id, job_type, payload, scope_type, scope_id, priority, {run_at}, \
            COALESCE(max_attempts, {type_max}, default_max_attempts), \
            dedupe_key, parent_id, schedule_id, \
-           COALESCE(expires_at, CASE WHEN ttl_ms IS NOT NULL THEN {ttl} END) \
+           COALESCE(expires_at, CASE WHEN ttl_ms IS NOT NULL THEN {ttl} END), traceparent \
          FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], \
            $7::timestamptz[], $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], \
-           $13::timestamptz[], $14::int8[], $15::int4[]) \
+           $13::timestamptz[], $14::int8[], $15::int4[], $16::text[]) \
            AS t(id, job_type, payload, scope_type, scope_id, priority, run_at, delay_ms, \
                 max_attempts, dedupe_key, parent_id, schedule_id, expires_at, ttl_ms, \
-                default_max_attempts) \
+                default_max_attempts, traceparent) \
          ON CONFLICT DO NOTHING RETURNING id",
         run_at = sql.plus_ms("COALESCE(run_at, now())", "delay_ms"),
         ttl = sql.plus_ms("now()", "ttl_ms"),
@@ -141,6 +143,7 @@ pub(super) async fn insert_all(
             .bind(c.expires_at)
             .bind(c.ttl_ms)
             .bind(c.default_max_attempts)
+            .bind(c.traceparent)
             .fetch_all(&mut *conn)
             .await?;
         for id in inserted {

@@ -40,7 +40,7 @@ use crate::job::{HandlerEvent, HandlerEventKind, Job, JobStatus, StatusCounts, T
 use crate::schedule::{ScheduleDef, ScheduleRecord};
 
 /// Every column of a job row, in the order [`job_from_row`] reads them.
-const JOB_COLUMNS: [&str; 26] = [
+const JOB_COLUMNS: [&str; 27] = [
     "id",
     "job_type",
     "payload",
@@ -67,6 +67,7 @@ const JOB_COLUMNS: [&str; 26] = [
     "updated_at",
     "error_code",
     "error_details",
+    "traceparent",
 ];
 
 /// The job columns, comma-separated.
@@ -152,6 +153,7 @@ pub(super) fn job_from_row(r: &impl SqlRow) -> Result<Job, StoreError> {
         schedule_id: r.opt_text("schedule_id")?,
         expires_at: r.opt_time("expires_at")?,
         handler_version: r.opt_text("handler_version")?,
+        traceparent: r.opt_text("traceparent")?,
         created_at: r.time("created_at")?,
         updated_at: r.time("updated_at")?,
     })

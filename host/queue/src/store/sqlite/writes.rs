@@ -36,8 +36,8 @@ static INSERT: LazyLock<String> = LazyLock::new(|| {
     format!(
         "INSERT INTO boxcar_jobs (id, job_type, payload, scope_type, scope_id, status, \
          priority, run_at, attempts, max_attempts, dedupe_key, parent_id, schedule_id, expires_at, \
-         created_at, updated_at) \
-         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, COALESCE(?, {}, ?), ?, ?, ?, ?, ?, ?) \
+         created_at, updated_at, traceparent) \
+         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, COALESCE(?, {}, ?), ?, ?, ?, ?, ?, ?, ?) \
          ON CONFLICT DO NOTHING",
         type_max_attempts("boxcar_deployed_types", "?")
     )
@@ -86,6 +86,7 @@ pub(super) async fn insert_all(
             .bind(expires)
             .bind(now)
             .bind(now)
+            .bind(&j.traceparent)
             .execute(&mut *conn)
             .await?;
         if done.rows_affected() == 1 {

@@ -121,6 +121,13 @@ async fn validation(fx: &Fixture) {
         (job("t").delay(Duration::from_secs(u64::MAX)), |e| {
             matches!(e, EnqueueError::InvalidTime { field: "delay", .. })
         }),
+        (
+            job("t").traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01"),
+            |e| matches!(e, EnqueueError::InvalidTraceparent { .. }),
+        ),
+        (job("t").traceparent("not a traceparent"), |e| {
+            matches!(e, EnqueueError::InvalidTraceparent { .. })
+        }),
     ];
     for (j, check) in cases {
         let e = t(q.add(j).await.unwrap_err());
@@ -144,4 +151,38 @@ async fn validation(fx: &Fixture) {
     );
 }
 
-backends!(dedupe, validation);
+/// A producer's `traceparent` is stored with the job, read back by `get`
+/// and handed to the worker that claims it; a job without one has none.
+async fn traceparent(fx: &Fixture) {
+    const PRODUCER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let q = fx.queue();
+    let traced = add(&q, job("t").traceparent(PRODUCER)).await;
+    let plain = add(&q, job("t")).await;
+    let flow = q
+        .add_flow(job("parent").traceparent(PRODUCER), vec![job("child")])
+        .await
+        .unwrap();
+    let get = |id: String| async move { fx.store.get(&id).await.unwrap().unwrap() };
+    assert_eq!(
+        get(traced.clone()).await.traceparent.as_deref(),
+        Some(PRODUCER)
+    );
+    assert_eq!(get(plain.clone()).await.traceparent, None);
+    assert_eq!(get(flow).await.traceparent.as_deref(), Some(PRODUCER));
+    let claimed = fx
+        .store
+        .claim_batch(claim("t", W1, 2, Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .claimed;
+    let of = |id: &str| {
+        claimed
+            .iter()
+            .find(|j| j.id == id)
+            .map(|j| j.traceparent.clone())
+    };
+    assert_eq!(of(&traced), Some(Some(PRODUCER.to_string())), "{claimed:?}");
+    assert_eq!(of(&plain), Some(None), "{claimed:?}");
+}
+
+backends!(dedupe, validation, traceparent);

@@ -28,6 +28,7 @@ pub(super) fn raw(job_type: &str) -> InsertJob {
         ttl: None,
         parent_id: None,
         schedule_id: None,
+        traceparent: None,
     }
 }
 
