@@ -82,10 +82,10 @@ fn a_module_over_the_size_limit_is_refused_before_compiling() {
 #[test]
 fn a_compile_over_the_memory_budget_is_refused_and_the_old_version_serves() {
     let env = Env::sqlite();
-    let config = config_with(&env, "compile_memory = \"16MiB\"\n");
+    let config = config_with(&env, "compile_memory = \"48MiB\"\n");
     let serve = env.serve("serve", &["--config", &config]);
     serve.wait_for_log("boxcar host started", Duration::from_secs(30));
-    // The Rust echo compiles within 16 MiB.
+    // The Rust echo compiles within 48 MiB.
     env.deploy("echo", "echo", ECHO);
     serve.wait_for_log("handler deployed", Duration::from_secs(30));
     assert_eq!(echo(&env, 1), 1);
@@ -96,7 +96,7 @@ fn a_compile_over_the_memory_budget_is_refused_and_the_old_version_serves() {
         rejection(&serve.output(), "echo")
     });
     assert!(
-        line.contains("exceeded the 16 MiB compile memory budget ([sandbox] compile_memory in boxcar.toml); raise it or shrink the module"),
+        line.contains("exceeded the 48 MiB compile memory budget ([sandbox] compile_memory in boxcar.toml); raise it or shrink the module"),
         "{line}"
     );
     // The host is up and the previous version keeps serving.

@@ -218,6 +218,7 @@ fn every_job_run_is_one_span_in_the_producers_trace() {
     env.deploy("flaky", "flaky", FLAKY);
     let mut serve = env.serve("serve", &[]);
     serve.wait_for_log("handler deployed", Duration::from_secs(60));
+    serve.wait_for_log("HTTP API listening", Duration::from_secs(30));
 
     let (trace_a, span_a) = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7");
     let (trace_b, span_b) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");

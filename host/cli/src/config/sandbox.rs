@@ -139,9 +139,9 @@ pub(super) fn resolve(raw: RawSandbox) -> Result<SandboxSettings, String> {
             settings.max_module
         ));
     }
-    if !(16 << 20..=1 << 40).contains(&settings.compile_memory) {
+    if !(32 << 20..=1 << 40).contains(&settings.compile_memory) {
         return Err(format!(
-            "invalid option `sandbox.compile_memory`: {} bytes is outside 16MiB..=1TiB",
+            "invalid option `sandbox.compile_memory`: {} bytes is outside 32MiB..=1TiB",
             settings.compile_memory
         ));
     }

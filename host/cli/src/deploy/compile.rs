@@ -169,6 +169,7 @@ pub fn in_child(
         .arg("--codegen")
         .arg(codegen.to_string())
         .env_clear()
+        .envs(crate::allocator::RLIMITED_CHILD_ENV)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
