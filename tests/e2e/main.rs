@@ -25,5 +25,5 @@ mod replay;
 mod results;
 mod schedules;
 mod sqlite_faults;
-mod wait;
 mod telemetry;
+mod wait;
