@@ -10,6 +10,24 @@ use serde_json::Value;
 
 use crate::harness::{describe, Env};
 
+/// Connects to a host's API. A host binds its API only after deploying its
+/// handlers, so a refused connection is retried for up to 30 s.
+pub(crate) fn connect(address: &str) -> TcpStream {
+    let start = std::time::Instant::now();
+    loop {
+        match TcpStream::connect(address) {
+            Ok(stream) => return stream,
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ConnectionRefused
+                    && start.elapsed() < Duration::from_secs(30) =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("connect to {address}: {e}"),
+        }
+    }
+}
+
 /// A minimal HTTP/1.1 request; returns (status, JSON body).
 pub(crate) fn http(
     address: &str,
@@ -18,7 +36,7 @@ pub(crate) fn http(
     body: Option<&str>,
     token: Option<&str>,
 ) -> (u16, Value) {
-    let mut stream = TcpStream::connect(address).expect("connect");
+    let mut stream = connect(address);
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");

@@ -5,7 +5,6 @@
 
 use std::{
     io::{Read, Write},
-    net::TcpStream,
     time::{Duration, Instant},
 };
 
@@ -317,7 +316,7 @@ fn grants_over_the_hosts_own_paths_and_absurd_durations_are_refused() {
 
 /// A raw request with the given `Host` and extra header lines.
 fn raw(address: &str, request_head: &str) -> u16 {
-    let mut stream = TcpStream::connect(address).expect("connect");
+    let mut stream = crate::api::connect(address);
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
         .expect("timeout");

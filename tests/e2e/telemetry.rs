@@ -6,7 +6,6 @@
 
 use std::{
     io::{Read, Write},
-    net::TcpStream,
     sync::Arc,
     time::Duration,
 };
@@ -181,7 +180,7 @@ fn int(attributes: &[KeyValue], key: &str) -> Option<i64> {
 
 /// `POST /jobs` with a `traceparent` header (when given); the new job's id.
 fn enqueue_traced(address: &str, body: &str, traceparent: Option<&str>) -> String {
-    let mut stream = TcpStream::connect(address).expect("connect");
+    let mut stream = crate::api::connect(address);
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
         .expect("timeout");
