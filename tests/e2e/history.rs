@@ -19,7 +19,7 @@ use crate::{
 const FLAKY: &str = "[handler]\njob_type = \"flaky\"\ntimeout = \"10s\"\nmax_attempts = 3\n";
 
 /// The job's `--json` view once it is finished.
-fn finished(env: &Env, id: &str) -> Value {
+pub(crate) fn finished(env: &Env, id: &str) -> Value {
     eventually(Duration::from_secs(60), "the job to finish", || {
         let job = env.json(&["job", id]);
         let status = job["status"].as_str().unwrap_or_default().to_string();

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{describe, eventually, write_atomically, Env};
+use crate::harness::{describe, write_atomically, Env};
+use crate::history::finished;
 
 const FLAKY: &str = "[handler]\njob_type = \"flaky\"\ntimeout = \"10s\"\nmax_attempts = 2\n";
 
@@ -48,17 +49,6 @@ fn dump(db: &str) -> Vec<String> {
             rows.extend(texts);
         }
         rows
-    })
-}
-
-/// The job's `--json` view once it is finished.
-fn finished(env: &Env, id: &str) -> Value {
-    eventually(Duration::from_secs(60), "the job to finish", || {
-        let job = env.json(&["job", id]);
-        let status = job["status"].as_str().unwrap_or_default().to_string();
-        ["succeeded", "failed", "cancelled"]
-            .contains(&status.as_str())
-            .then_some(job)
     })
 }
 

@@ -17,7 +17,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use chrono::Utc;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
@@ -26,7 +25,7 @@ use super::handler_output::admit;
 use super::services::{admit_enqueue, check_progress, children_of, EnqueueRules};
 use crate::attempt::{AttemptUsage, LogLine};
 use crate::handler::{
-    ChildJobRequest, ChildSummary, Handler, JobContext, JobRun, JobServices, Outcome, ServiceError,
+    ChildJobRequest, ChildSummary, Handler, JobContext, JobServices, Outcome, ServiceError,
 };
 use crate::job::Job;
 use crate::queue::Queue;
@@ -146,17 +145,7 @@ impl JobServices for DryRunServices {
 pub async fn replay(queue: &Queue, request: ReplayRequest<'_>) -> Replay {
     let job = request.job;
     let timeout = request.settings.timeout;
-    let run = JobRun {
-        id: job.id.clone(),
-        job_type: job.job_type.clone(),
-        payload: job.payload.clone(),
-        attempt: request.attempt,
-        max_attempts: job.max_attempts,
-        scope: job.scope.clone(),
-        schedule_id: job.schedule_id.clone(),
-        parent_id: job.parent_id.clone(),
-        deadline: time::after(Utc::now(), timeout),
-    };
+    let run = super::run::job_run(job, request.attempt, timeout);
     let record = Arc::new(RunRecord::new(job.id.clone(), request.attempt));
     let services = Arc::new(DryRunServices {
         queue: queue.clone(),

@@ -222,17 +222,7 @@ pub(crate) async fn run_job(
         .queue
         .emit(event(LifecycleOutcome::Started, None, None));
     let timeout = entry.settings.timeout;
-    let run = JobRun {
-        id: job.id.clone(),
-        job_type: job.job_type.clone(),
-        payload: job.payload.clone(),
-        attempt: job.attempts,
-        max_attempts: job.max_attempts,
-        scope: job.scope.clone(),
-        schedule_id: job.schedule_id.clone(),
-        parent_id: job.parent_id.clone(),
-        deadline: time::after(Utc::now(), timeout),
-    };
+    let run = job_run(&job, job.attempts, timeout);
     let record = Arc::new(RunRecord::new(job.id.clone(), job.attempts));
     let ctx = JobContext {
         record: Arc::clone(&record),
@@ -358,6 +348,21 @@ pub(crate) async fn run_job(
         .metrics()
         .ended(&job.job_type, ended, Some(duration), overhead);
     engine.free_slot(&job.job_type);
+}
+
+/// What a handler is given to run `job` as `attempt`, due within `timeout`.
+pub(super) fn job_run(job: &Job, attempt: u32, timeout: Duration) -> JobRun {
+    JobRun {
+        id: job.id.clone(),
+        job_type: job.job_type.clone(),
+        payload: job.payload.clone(),
+        attempt,
+        max_attempts: job.max_attempts,
+        scope: job.scope.clone(),
+        schedule_id: job.schedule_id.clone(),
+        parent_id: job.parent_id.clone(),
+        deadline: time::after(Utc::now(), timeout),
+    }
 }
 
 /// Whether a failed run that `consumes` an attempt ends the job.
