@@ -21,6 +21,7 @@ use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use crate::lease_clock::LeaseClock;
 use crate::run_record::RunRecord;
 
 /// A `(scope_type, scope_id)` pair, e.g. `("account", "42")`.
@@ -148,6 +149,10 @@ pub struct JobContext {
     /// Where the handler reports what it measures and what the guest logs;
     /// the engine stores it with the attempt.
     pub record: Arc<RunRecord>,
+    /// Until when the run's lease is provably held: a handler must not
+    /// start (or continue) guest code once it has lapsed, even before
+    /// `cancel` fires.
+    pub lease: LeaseClock,
 }
 
 /// Which bounded resource a guest exceeded.

@@ -12,6 +12,8 @@
 //!   back), [`PoolStatus`];
 //! - what each run was and what it logged: [`attempt`] ([`Attempt`],
 //!   [`LogLine`]), measured through a [`RunRecord`] a handler fills;
+//! - whether a run's lease is still provably held, for a handler to stop
+//!   its guest at once when it is not: [`LeaseClock`];
 //! - debugging a stored job: [`replay`] runs it once on a given handler
 //!   and writes nothing;
 //! - a producer's W3C trace context carried by a job: [`trace_context`];
@@ -49,6 +51,7 @@ mod guards;
 mod handler;
 mod inflight;
 mod job;
+mod lease_clock;
 pub mod metrics;
 mod observer;
 mod options;
@@ -79,6 +82,7 @@ pub use job::{
     AddResult, HandlerEvent, HandlerEventKind, Job, JobFilter, JobStatus, NewJob, StatusCounts,
     TypeCounts, UnknownStatus,
 };
+pub use lease_clock::LeaseClock;
 pub use observer::{LifecycleEvent, LifecycleObserver, LifecycleOutcome};
 pub use options::{OptionsError, QueueOptions, RetentionPolicy, WorkerOptions};
 pub use queue::{Queue, QueueError, WaitError};

@@ -101,6 +101,7 @@ pub fn context_with(services: RecordingServices) -> (JobContext, Arc<RecordingSe
         cancel: CancellationToken::new(),
         services: services.clone(),
         record: Arc::new(crate::RunRecord::new("job-1", 1)),
+        lease: crate::LeaseClock::unbounded(),
     };
     (ctx, services)
 }

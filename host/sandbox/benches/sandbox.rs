@@ -24,6 +24,7 @@ fn ctx(services: &Arc<dyn JobServices>) -> JobContext {
         cancel: CancellationToken::new(),
         services: Arc::clone(services),
         record: Arc::new(boxcar_queue::RunRecord::new("job-1", 1)),
+        lease: boxcar_queue::LeaseClock::unbounded(),
     }
 }
 

@@ -7,7 +7,8 @@
 //!   without reaching the queue; every other call is forwarded as it is to
 //!   the run's `JobServices`, which alone decides what may be enqueued
 //!   (`may_enqueue`, priority/attempt/delay bounds, dedupe namespacing).
-//! - `cancelled`: true once cancel fired or the deadline passed.
+//! - `cancelled`: true once cancel fired, the lease lapsed or the deadline
+//!   passed.
 
 use std::time::{Duration, Instant};
 
@@ -59,7 +60,7 @@ impl host::Host for HostState {
     }
 
     async fn cancelled(&mut self) -> wasmtime::Result<bool> {
-        Ok(self.cancel.is_cancelled() || Instant::now() >= self.deadline)
+        Ok(self.must_stop() || Instant::now() >= self.deadline)
     }
 
     async fn enqueue(

@@ -4,8 +4,9 @@
 //! - Every job gets a fresh `Store` (thrown away afterwards, also after a
 //!   trap) with the handler's limits, and an epoch deadline set *before*
 //!   instantiation, so even a start function is interruptible.
-//! - The epoch callback stops the guest within one tick of the deadline or
-//!   of `ctx.cancel`; otherwise it yields to the async runtime, so a guest
+//! - The epoch callback stops the guest within one tick of the deadline, of
+//!   `ctx.cancel` or of `ctx.lease` lapsing; no guest code (start function
+//!   or call) begins once cancel fired or the lease lapsed; otherwise it yields to the async runtime, so a guest
 //!   that never returns cannot block a host thread.
 //! - A run stuck inside a host call is dropped at the deadline or cancel;
 //!   how long a caller waits for an aborted handler is the queue engine's
@@ -130,16 +131,16 @@ impl LoadedHandler {
         if remaining.is_zero() {
             return Outcome::TimedOut;
         }
-        if ctx.cancel.is_cancelled() {
+        if ctx.cancel.is_cancelled() || ctx.lease.has_lapsed() {
             return Outcome::Cancelled;
         }
         let deadline = Instant::now() + remaining;
         let cancel = ctx.cancel.clone();
         tokio::select! {
             biased;
-            outcome = self.execute(job, ctx, deadline) => outcome,
-            () = tokio::time::sleep_until(deadline.into()) => Outcome::TimedOut,
             () = cancel.cancelled() => Outcome::Cancelled,
+            () = tokio::time::sleep_until(deadline.into()) => Outcome::TimedOut,
+            outcome = self.execute(job, ctx, deadline) => outcome,
         }
     }
 
@@ -196,6 +197,7 @@ impl LoadedHandler {
             services: ctx.services,
             limits: Arc::clone(&self.limits),
             cancel: ctx.cancel,
+            lease: ctx.lease,
             deadline,
             enqueues: 0,
             http: WasiHttpCtx::new(),
@@ -217,7 +219,7 @@ impl LoadedHandler {
             store.set_epoch_deadline(1);
             store.epoch_deadline_callback(|ctx| {
                 let state = ctx.data();
-                if state.cancel.is_cancelled() {
+                if state.must_stop() {
                     return Err(wasmtime::Error::new(Interrupt::Cancelled));
                 }
                 if Instant::now() >= state.deadline {
@@ -261,6 +263,12 @@ impl LoadedHandler {
         log: &LogSink,
         deadline: Instant,
     ) -> Outcome {
+        // Checked right before guest code first runs (a start function,
+        // then the call): a run whose lease lapsed while this process was
+        // paused must not take a step.
+        if store.data().must_stop() {
+            return Outcome::Cancelled;
+        }
         let instance = match self.pre.instantiate_async(&mut *store).await {
             Ok(i) => i,
             Err(e) => {
@@ -269,6 +277,9 @@ impl LoadedHandler {
             }
         };
         let wit_job = to_wit(job);
+        if store.data().must_stop() {
+            return Outcome::Cancelled;
+        }
         let call_started = Instant::now();
         let called = instance.call_handle(&mut *store, &wit_job).await;
         if let Some(record) = log.record() {
@@ -282,7 +293,7 @@ impl LoadedHandler {
             }
         }
         match called {
-            Ok(Err(_)) if store.data().cancel.is_cancelled() => Outcome::Cancelled,
+            Ok(Err(_)) if store.data().must_stop() => Outcome::Cancelled,
             Ok(Err(_)) if Instant::now() >= deadline => Outcome::TimedOut,
             Ok(answer) => self.answer(answer),
             Err(e) => classify(&e, store, "running the handler"),

@@ -9,7 +9,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use boxcar_queue::{JobServices, LimitKind, Outcome, RunRecord};
+use boxcar_queue::{JobServices, LeaseClock, LimitKind, Outcome, RunRecord};
 use tokio_util::sync::CancellationToken;
 use wasmtime::ResourceLimiter;
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxView, WasiView};
@@ -26,10 +26,19 @@ pub(crate) struct HostState {
     pub(crate) services: Arc<dyn JobServices>,
     pub(crate) limits: Arc<HandlerLimits>,
     pub(crate) cancel: CancellationToken,
+    /// The run's lease: guest code stops once it can no longer be proved.
+    pub(crate) lease: LeaseClock,
     pub(crate) deadline: Instant,
     pub(crate) enqueues: u32,
     pub(crate) http: WasiHttpCtx,
     pub(crate) http_policy: HttpPolicy,
+}
+
+impl HostState {
+    /// True once the guest must stop: cancelled, or its lease lapsed.
+    pub(crate) fn must_stop(&self) -> bool {
+        self.cancel.is_cancelled() || self.lease.has_lapsed()
+    }
 }
 
 impl WasiHttpView for HostState {

@@ -28,6 +28,7 @@ use crate::handler::{
     ChildJobRequest, ChildSummary, Handler, JobContext, JobServices, Outcome, ServiceError,
 };
 use crate::job::Job;
+use crate::lease_clock::LeaseClock;
 use crate::queue::Queue;
 use crate::registry::HandlerSettings;
 use crate::run_record::RunRecord;
@@ -158,6 +159,7 @@ pub async fn replay(queue: &Queue, request: ReplayRequest<'_>) -> Replay {
         cancel: request.cancel.clone(),
         services: Arc::clone(&services) as Arc<dyn JobServices>,
         record: Arc::clone(&record),
+        lease: LeaseClock::unbounded(),
     };
     let started = Instant::now();
     let give_up = time::instant_after(timeout.saturating_add(request.abandon_grace));

@@ -42,6 +42,7 @@ use crate::attempt::{AttemptEnd, AttemptOutcome};
 use crate::handler::{JobContext, JobRun, Outcome};
 use crate::inflight::{AbortReason, RunHandle};
 use crate::job::{Job, JobStatus};
+use crate::lease_clock::LeaseClock;
 use crate::metrics::StoreOp;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::registry::HandlerEntry;
@@ -124,9 +125,10 @@ async fn supervise(
     entry: &HandlerEntry,
     job: &Job,
     handle: &RunHandle,
-    (mut fut, lease_deadline): (
+    (mut fut, lease_deadline, lease): (
         futures::future::BoxFuture<'static, Outcome>,
         Option<tokio::time::Instant>,
+        &LeaseClock,
     ),
     deadline: tokio::time::Instant,
     record: &RunRecord,
@@ -146,8 +148,24 @@ async fn supervise(
         }
         let renew_at = next_renewal.unwrap_or(deadline);
         let lease_end = lease_valid_until.unwrap_or(deadline);
+        // The handler is not polled once the lease has lapsed, even when
+        // no timer has fired yet (right after this process resumed from a
+        // pause): the run is aborted instead.
+        let while_held = std::future::poll_fn(|cx| {
+            if lease.has_lapsed() {
+                return std::task::Poll::Ready(None);
+            }
+            fut.as_mut().poll(cx).map(Some)
+        });
         tokio::select! {
-            out = &mut fut => return out,
+            biased;
+            out = while_held => match out {
+                Some(out) => return out,
+                None => {
+                    handle.abort(AbortReason::LeaseLost);
+                    break;
+                }
+            },
             () = tokio::time::sleep_until(next_flush) => {
                 flush_logs(engine, record).await;
                 next_flush = time::instant_after(LOG_FLUSH_EVERY);
@@ -160,11 +178,14 @@ async fn supervise(
             () = handle.token.cancelled() => break,
             () = tokio::time::sleep_until(lease_end), if lease_valid_until.is_some() => {}
             () = tokio::time::sleep_until(renew_at), if next_renewal.is_some() => {
-                let Some((lease, every)) = renewal else { continue };
+                let Some((lease_for, every)) = renewal else { continue };
                 let sent = tokio::time::Instant::now();
-                match renew(engine, &ClaimRef::of(job), lease).await {
+                match renew(engine, &ClaimRef::of(job), lease_for).await {
                     Ok(true) => {
-                        lease_valid_until = sent.checked_add(lease);
+                        lease_valid_until = sent.checked_add(lease_for);
+                        if let Some(end) = lease_valid_until {
+                            lease.hold_until(end.into_std());
+                        }
                         next_renewal = Some(time::instant_after(every));
                     }
                     Ok(false) => {
@@ -224,8 +245,10 @@ pub(crate) async fn run_job(
     let timeout = entry.settings.timeout;
     let run = job_run(&job, job.attempts, timeout);
     let record = Arc::new(RunRecord::new(job.id.clone(), job.attempts));
+    let lease = LeaseClock::with_end(lease_deadline.map(tokio::time::Instant::into_std));
     let ctx = JobContext {
         record: Arc::clone(&record),
+        lease: lease.clone(),
         cancel: handle.token.clone(),
         services: Arc::new(RunServices {
             queue: engine.queue.clone(),
@@ -241,7 +264,7 @@ pub(crate) async fn run_job(
         &entry,
         &job,
         &handle,
-        (fut, lease_deadline),
+        (fut, lease_deadline, &lease),
         deadline,
         &record,
     )

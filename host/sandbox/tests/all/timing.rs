@@ -6,6 +6,7 @@ use boxcar_sandbox::Outcome;
 
 use crate::common::{load, CPU};
 use boxcar_queue::testing::{context, job_run};
+use boxcar_queue::LeaseClock;
 
 #[tokio::test]
 async fn spin_times_out_at_100ms_within_50ms() {
@@ -155,4 +156,47 @@ async fn past_deadline_times_out_without_running() {
     let mut j = job_run("echo", "{}", Duration::from_secs(1));
     j.deadline = chrono::Utc::now() - chrono::Duration::seconds(1);
     assert_eq!(echo.run(j, ctx).await, Outcome::TimedOut);
+}
+
+/// A run whose lease lapses is stopped by the sandbox itself within about
+/// a tick, though nothing cancels it (as when the host resumes from a
+/// pause before any of its timers fired).
+#[tokio::test]
+async fn spin_stops_when_its_lease_lapses_without_a_cancel() {
+    let _cpu = CPU.lock().await;
+    let spin = load("spin");
+    let (mut ctx, _) = context();
+    let lapses_at = Instant::now() + Duration::from_millis(50);
+    ctx.lease = LeaseClock::with_end(Some(lapses_at));
+    let outcome = spin
+        .run(job_run("spin", "{}", Duration::from_secs(10)), ctx)
+        .await;
+    let after = Instant::now().duration_since(lapses_at);
+    assert_eq!(outcome, Outcome::Cancelled);
+    assert!(
+        after < Duration::from_millis(50),
+        "ended {after:?} after the lease lapsed"
+    );
+}
+
+/// No guest code runs once the lease has lapsed: the guest, which logs
+/// as its first step, logged nothing.
+#[tokio::test]
+async fn no_guest_code_runs_after_the_lease_lapsed() {
+    let flaky = load("flaky");
+    let (mut ctx, _) = context();
+    ctx.lease = LeaseClock::with_end(Some(Instant::now()));
+    let record = ctx.record.clone();
+    let outcome = flaky
+        .run(
+            job_run(
+                "flaky",
+                r#"{"succeed_on": 1, "log_lines": 2}"#,
+                Duration::from_secs(10),
+            ),
+            ctx,
+        )
+        .await;
+    assert_eq!(outcome, Outcome::Cancelled);
+    assert!(record.take_logs().is_empty(), "the guest took a step");
 }
