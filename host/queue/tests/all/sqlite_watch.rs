@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use boxcar_queue::store::sqlite::SqliteStore;
-use boxcar_queue::store::StoreEvent;
+use boxcar_queue::store::{RescueParams, StoreEvent};
 use boxcar_queue::{JobStore, NewJob, Queue, QueueOptions};
 use serde_json::json;
 
@@ -54,4 +54,52 @@ async fn only_the_other_instances_commits_are_published() {
         start.elapsed()
     );
     assert!(start.elapsed() < Duration::from_millis(100));
+}
+
+/// Writes of ours that changed nothing (an idle host's rescues, here one
+/// every millisecond, so every poll of the watch sees one) hide no other
+/// instance's commit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_beside_our_empty_rescues_is_published() {
+    let (_dir, mine, other) = two_stores().await;
+    let mut events = mine.subscribe();
+    let first = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
+    assert!(matches!(first, Ok(Ok(StoreEvent::Changed))), "{first:?}");
+
+    let rescuing = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let rescuer = {
+        let (mine, rescuing) = (mine.clone(), rescuing.clone());
+        tokio::spawn(async move {
+            let mut rescues = 0u32;
+            while rescuing.load(std::sync::atomic::Ordering::Relaxed) {
+                let found = mine
+                    .rescue(RescueParams { limit: 100 })
+                    .await
+                    .expect("rescue");
+                assert!(found.is_empty());
+                rescues += 1;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            rescues
+        })
+    };
+    let queue = Queue::new(Arc::new(other), QueueOptions::default()).expect("queue");
+    for n in 0..10 {
+        while events.try_recv().is_ok() {}
+        queue
+            .add(NewJob::new("t", &json!({ "n": n })))
+            .await
+            .expect("add");
+        let seen = tokio::time::timeout(Duration::from_millis(200), events.recv()).await;
+        assert!(
+            matches!(seen, Ok(Ok(StoreEvent::Changed))),
+            "insert {n}: {seen:?}"
+        );
+    }
+    rescuing.store(false, std::sync::atomic::Ordering::Relaxed);
+    let rescues = rescuer.await.expect("rescuer");
+    assert!(
+        rescues > 20,
+        "only {rescues} rescues ran beside the inserts"
+    );
 }

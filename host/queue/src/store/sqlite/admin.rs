@@ -219,7 +219,7 @@ pub(super) async fn retry_failed(store: &SqliteStore, f: &JobFilter) -> Result<u
 }
 
 pub(super) async fn prune(store: &SqliteStore, p: PruneParams) -> Result<u64, StoreError> {
-    let _w = store.write.lock().await;
+    let mut write = store.write.lock().await;
     let statuses: Vec<&str> = p
         .statuses
         .iter()
@@ -242,5 +242,8 @@ pub(super) async fn prune(store: &SqliteStore, p: PruneParams) -> Result<u64, St
         .execute(&mut *tx)
         .await?;
     tx.commit().await?;
+    if r.rows_affected() == 0 {
+        write.changed_nothing();
+    }
     Ok(r.rows_affected())
 }

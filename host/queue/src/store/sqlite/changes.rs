@@ -7,11 +7,16 @@
 //!
 //! Invariants and costs:
 //! - This process's own writes all go through [`WriteLock`], which counts
-//!   each acquisition and release; a change seen while the count moved or
-//!   was odd (a write of ours in progress) may be our own and is not
-//!   published. A foreign commit that coincides with one of ours is thus
-//!   left to the periodic polls (the dispatcher's `poll_interval`, the
-//!   waiter's re-check), as before this watch existed.
+//!   each acquisition and release. A poll that finds a write of ours in
+//!   progress (the count odd, or moving while it read) decides nothing and
+//!   looks again after [`FIRST_POLL`]. A change seen after the count moved
+//!   may be our own and is not published: a foreign commit that coincides
+//!   with a changing write of ours is left to the periodic polls (the
+//!   dispatcher's `poll_interval`, the waiter's re-check), as before this
+//!   watch existed. A write that committed no change (an idle host's
+//!   periodic rescue finding nothing) takes its count back on release, so
+//!   it hides no foreign commit — before it did, it hid about one enqueue
+//!   in thirty from an idle host until the host's next poll.
 //! - The first poll after the task starts (or wakes from idle, or
 //!   reconnects) has nothing to compare with and always publishes, so a
 //!   subscriber that read the store before that poll looks once more.
@@ -53,6 +58,18 @@ pub(crate) struct WriteLock {
 pub(crate) struct WriteGuard<'a> {
     _held: MutexGuard<'a, ()>,
     count: &'a AtomicU64,
+    changed_nothing: bool,
+}
+
+impl WriteGuard<'_> {
+    /// The write committed no change (a periodic rescue or prune that
+    /// found nothing, a claim that took no job): on release the count
+    /// goes back to its value before the write, so a foreign commit
+    /// beside it is still seen as foreign. A write marked so that did
+    /// change something costs one needless `Changed`, nothing more.
+    pub(crate) fn changed_nothing(&mut self) {
+        self.changed_nothing = true;
+    }
 }
 
 impl WriteLock {
@@ -63,6 +80,7 @@ impl WriteLock {
         WriteGuard {
             _held: held,
             count: &self.count,
+            changed_nothing: false,
         }
     }
 
@@ -75,7 +93,11 @@ impl WriteLock {
 impl Drop for WriteGuard<'_> {
     fn drop(&mut self) {
         // Counted before the mutex is released (fields drop after this).
-        self.count.fetch_add(1, Ordering::SeqCst);
+        if self.changed_nothing {
+            self.count.fetch_sub(1, Ordering::SeqCst);
+        } else {
+            self.count.fetch_add(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -137,24 +159,22 @@ async fn run(watch: Weak<Watch>) {
             interval = FIRST_POLL;
             continue;
         }
+        let mut settled = true;
         match poll(&mut conn, &w).await {
-            Ok((before, version, after)) => {
-                let now = Seen {
-                    version,
-                    writes: after,
-                };
+            // A write of ours was in progress: whether it changes anything
+            // is not known yet, so `last` is kept and the file looked at
+            // again shortly.
+            Ok((before, _, after)) if before != after || !after.is_multiple_of(2) => {
+                settled = false;
+            }
+            Ok((_, version, writes)) => {
                 // The first poll has nothing to compare with: anything may
                 // have changed since the subscriber last looked.
-                let foreign = last.is_none_or(|l| {
-                    l.version != version
-                        && l.writes == before
-                        && before == after
-                        && after.is_multiple_of(2)
-                });
+                let foreign = last.is_none_or(|l| l.version != version && l.writes == writes);
                 if foreign {
                     let _ = w.events.send(StoreEvent::Changed);
                 }
-                last = Some(now);
+                last = Some(Seen { version, writes });
             }
             Err(e) => {
                 tracing::debug!(error = %e, "watching the SQLite file for other processes' commits failed; retrying");
@@ -166,10 +186,11 @@ async fn run(watch: Weak<Watch>) {
         }
         let hurried = w.hurry.notified();
         tokio::pin!(hurried);
+        let pause = if settled { interval } else { FIRST_POLL };
         tokio::select! {
-            () = tokio::time::sleep(interval) => {
+            () = tokio::time::sleep(pause) => if settled {
                 interval = (interval * 2).min(STEADY_POLL);
-            }
+            },
             () = &mut hurried => interval = FIRST_POLL,
         }
     }

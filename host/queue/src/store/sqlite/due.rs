@@ -132,7 +132,7 @@ pub(super) async fn claim_many(
     if p.types.is_empty() {
         return Ok(ClaimResult::default());
     }
-    let _w = store.write.lock().await;
+    let mut write = store.write.lock().await;
     let mut jobs = Vec::new();
     if p.types.len() <= TYPES_PER_STATEMENT {
         let mut conn = store.pool.acquire().await?;
@@ -143,6 +143,9 @@ pub(super) async fn claim_many(
             jobs.extend(claim_chunk(&mut tx, &p.worker_id, chunk).await?);
         }
         tx.commit().await?;
+    }
+    if jobs.is_empty() {
+        write.changed_nothing();
     }
     Ok(super::writes::claim_result(store, jobs))
 }

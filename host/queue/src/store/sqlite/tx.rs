@@ -219,10 +219,13 @@ pub(super) async fn claim(store: &SqliteStore, p: &ClaimParams) -> Result<ClaimR
 /// Recovers expired leases (see `store::policy::rescue`) in one
 /// `BEGIN IMMEDIATE` transaction.
 pub(super) async fn rescue(store: &SqliteStore, limit: u32) -> Result<Vec<Job>, StoreError> {
-    let _w = store.write.lock().await;
+    let mut write = store.write.lock().await;
     let mut conn = store.pool.begin_with("BEGIN IMMEDIATE").await?;
     let jobs = rescue_policy::rescue(&mut SqliteTx::new(&mut conn, store), limit).await?;
     conn.commit().await?;
+    if jobs.is_empty() {
+        write.changed_nothing();
+    }
     store.notify_rescued(&jobs);
     Ok(jobs)
 }

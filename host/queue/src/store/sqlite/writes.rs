@@ -141,7 +141,7 @@ pub(super) async fn claim_batch(
     store: &SqliteStore,
     p: ClaimParams,
 ) -> Result<ClaimResult, StoreError> {
-    let _w = store.write.lock().await;
+    let mut write = store.write.lock().await;
     if !p.guards.is_empty() {
         return tx::claim(store, &p).await;
     }
@@ -176,6 +176,9 @@ pub(super) async fn claim_batch(
         .bind(EXPIRED_CODE)
         .fetch_all(&store.pool)
         .await?;
+    if rows.is_empty() {
+        write.changed_nothing();
+    }
     Ok(claim_result(store, jobs_from_rows(&rows)?))
 }
 
