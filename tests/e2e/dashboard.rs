@@ -187,6 +187,10 @@ fn a_failed_job_shows_its_three_attempts_and_their_logs() {
         );
     }
     browser.until_text("#job-error", |t| t.contains("flaky: attempt 3 < 99"));
+    assert_eq!(
+        browser.text("#replay-command").as_deref(),
+        Some(format!("boxcar replay {id}").as_str())
+    );
     browser.screenshot("failed-job");
 }
 

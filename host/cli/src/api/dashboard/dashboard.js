@@ -231,14 +231,20 @@ async function renderJob(r) {
     $('retry-panel').hidden = true;
   }
   const enc = encodeURIComponent(id);
-  const [job, attempts, logs] = await Promise.all([
+  const [job, attempts, logs, children] = await Promise.all([
     get('/jobs/' + enc), get('/jobs/' + enc + '/attempts'), allLogs(enc),
+    get('/jobs?' + new URLSearchParams({ parent: id, limit: '100' }).toString()),
   ]);
   if (detailShown !== id) return;
   $('job-id').textContent = job.id;
   $('job-status').replaceChildren(statusText(job.status));
   $('job-cancel').hidden = !(job.status === 'pending' || job.status === 'running');
   $('job-retry').hidden = job.status !== 'failed';
+  $('replay').hidden = job.status !== 'failed';
+  $('replay-command').textContent = 'boxcar replay ' + job.id;
+  fill($('children').tBodies[0], children.map((c) => row([
+    jobLink(c.id), c.job_type, statusText(c.status), c.attempts + '/' + c.max_attempts, c.last_error || '',
+  ])), $('children-empty'));
   const fields = [
     ['type', job.job_type], ['status', job.status], ['attempts', job.attempts + ' of ' + job.max_attempts],
     ['scope', scopeText(job.scope)], ['priority', job.priority], ['dedupe key', job.dedupe_key],
