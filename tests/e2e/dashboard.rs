@@ -179,8 +179,10 @@ fn a_failed_job_shows_its_three_attempts_and_their_logs() {
         );
     }
     for attempt in 1..=3 {
-        let lines = browser.texts(&format!("#logs [data-attempt='{attempt}'] .log-line"));
-        assert_eq!(lines.len(), 2, "{lines:?}");
+        let lines = browser.until(&format!("two log lines of attempt {attempt}"), |b| {
+            let lines = b.texts(&format!("#logs [data-attempt='{attempt}'] .log-line"));
+            (lines.len() == 2).then_some(lines)
+        });
         assert!(
             lines[1].contains(&format!("attempt {attempt} line 1")),
             "{lines:?}"

@@ -138,28 +138,37 @@ impl Browser {
             .unwrap_or_else(|e| panic!("script {script:?}: {e}"))
     }
 
-    /// The text of the first element matching `css`, if there is one.
+    /// The rendered text of the first element matching `css` (empty when
+    /// it is not displayed), if there is one. Read in one script, so a
+    /// re-render mid-read cannot tear it.
     pub fn text(&self, css: &str) -> Option<String> {
-        self.runtime.block_on(async {
-            let element = self.client().find(Locator::Css(css)).await.ok()?;
-            element.text().await.ok()
-        })
+        let value = self.runtime.block_on(self.client().execute(
+            "const e = document.querySelector(arguments[0]); \
+             return e ? (e.getClientRects().length ? e.innerText : '') : null;",
+            vec![Value::from(css)],
+        ));
+        value.ok().and_then(|v| v.as_str().map(str::to_string))
     }
 
-    /// The texts of every element matching `css`.
+    /// The rendered texts of every element matching `css` (empty when not
+    /// displayed), read at once.
     pub fn texts(&self, css: &str) -> Vec<String> {
-        self.runtime.block_on(async {
-            let mut texts = Vec::new();
-            for element in self
-                .client()
-                .find_all(Locator::Css(css))
-                .await
-                .unwrap_or_default()
-            {
-                texts.push(element.text().await.unwrap_or_default());
-            }
-            texts
-        })
+        let value = self
+            .runtime
+            .block_on(self.client().execute(
+                "return Array.from(document.querySelectorAll(arguments[0]), \
+                   e => e.getClientRects().length ? e.innerText : '');",
+                vec![Value::from(css)],
+            ))
+            .unwrap_or_else(|e| panic!("texts of `{css}`: {e}"));
+        value
+            .as_array()
+            .map(|all| {
+                all.iter()
+                    .map(|t| t.as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Waits until `check` returns `Some`, polling the page.
@@ -199,12 +208,13 @@ impl Browser {
         })
     }
 
-    /// Clicks the element `css` once it is visible.
+    /// Clicks the element `css` once it is visible; again if the page
+    /// re-rendered it between finding and clicking (a stale element).
     pub fn click(&self, css: &str) {
-        let element = self.visible(css);
-        self.runtime
-            .block_on(element.click())
-            .unwrap_or_else(|e| panic!("click `{css}`: {e}"));
+        self.until(&format!("a click on `{css}`"), |b| {
+            let element = b.visible(css);
+            b.runtime.block_on(element.click()).ok()
+        });
     }
 
     /// Types `text` into the input `css` (after clearing it).
