@@ -3,6 +3,7 @@
 //! a test fails.
 
 mod harness;
+mod webdriver;
 
 mod api;
 mod boundary;
@@ -10,6 +11,7 @@ mod chaos;
 mod cli;
 mod compile;
 mod containment;
+mod dashboard;
 mod db_faults;
 mod deploy;
 mod fleet;

@@ -3,8 +3,8 @@
 //!
 //! Invariants:
 //! - Bound to loopback unless configured; off loopback a bearer token is
-//!   required on every route but `/healthz` (the server refuses to start
-//!   without one).
+//!   required on every route but `/healthz` and the dashboard's static
+//!   assets, which hold no data (the server refuses to start without one).
 //! - Request bodies are size-limited; every error is `{error, message}`.
 //! - Browser rules ([`browser`]): on loopback the `Host` must be a loopback
 //!   name with the listening port (DNS rebinding); state-changing requests
@@ -12,6 +12,7 @@
 //! - Handlers validate exactly as the Rust API does: they call [`Queue`].
 
 mod browser;
+mod dashboard;
 mod error;
 mod history;
 mod metrics;
@@ -23,7 +24,7 @@ use axum::{
     extract::{DefaultBodyLimit, Path, Query, Request, State},
     http::{header, StatusCode},
     middleware::{self, Next},
-    response::{Html, IntoResponse, Response},
+    response::{IntoResponse, Response},
     routing::{get, post},
     Json, Router,
 };
@@ -68,22 +69,26 @@ pub struct AppState {
 /// Builds the router.
 pub fn router(state: AppState) -> Router {
     let protected = Router::new()
-        .route("/", get(dashboard))
         .route("/jobs", post(enqueue).get(list_jobs))
         .route("/jobs/retry-failed", post(retry_failed))
         .route("/jobs/{id}", get(get_job))
         .route("/jobs/{id}/wait", get(wait_job))
         .route("/jobs/{id}/attempts", get(history::attempts))
         .route("/jobs/{id}/logs", get(history::logs))
+        .route("/jobs/{id}/payload", get(dashboard::payload))
         .route("/jobs/{id}/cancel", post(cancel_job))
         .route("/scopes/{scope_type}/{scope_id}/cancel", post(cancel_scope))
         .route("/counts", get(counts))
+        .route("/counts/types", get(dashboard::type_counts))
         .route("/handlers", get(handlers))
         .route("/schedules", get(schedules))
         .route("/metrics", get(metrics_text))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/", get(dashboard::page))
+        .route("/dashboard.js", get(dashboard::script))
+        .route("/dashboard.css", get(dashboard::style))
         .merge(protected)
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -109,10 +114,6 @@ async fn require_token(State(state): State<AppState>, request: Request, next: Ne
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-async fn dashboard() -> Html<&'static str> {
-    Html(include_str!("dashboard.html"))
 }
 
 /// `POST /jobs`: a `traceparent` header (W3C trace context) is stored on

@@ -464,3 +464,121 @@ async fn the_traceparent_header_is_stored_on_the_job_and_checked() {
         "a refused traceparent writes nothing"
     );
 }
+
+/// The status, a header's value and the body text of a GET.
+async fn get_text(app: &Router, uri: &str, token: Option<&str>) -> (StatusCode, String, String) {
+    let mut request = Request::builder().uri(uri);
+    if let Some(token) = token {
+        request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(Body::empty()).expect("request"))
+        .await
+        .expect("response");
+    let status = response.status();
+    let policy = response
+        .headers()
+        .get(header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, policy, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+#[tokio::test]
+async fn dashboard_assets_need_no_token_and_forbid_inline_script() {
+    let (app, _) = app(Some("0123456789abcdef0123")).await;
+    let (status, policy, page) = get_text(&app, "/", None).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(policy.contains("script-src 'self'"), "{policy}");
+    assert!(!policy.contains("unsafe-inline"), "{policy}");
+    assert!(page.contains(r#"<script src="/dashboard.js" defer></script>"#));
+    assert_eq!(
+        page.matches("<script").count(),
+        1,
+        "the page has no inline script"
+    );
+    assert!(!page.contains("style="), "no inline style either");
+    for (asset, marker) in [
+        ("/dashboard.js", "sessionStorage"),
+        ("/dashboard.css", "font:"),
+    ] {
+        let (status, policy, body) = get_text(&app, asset, None).await;
+        assert_eq!(status, StatusCode::OK, "{asset}");
+        assert!(policy.contains("default-src 'none'"), "{asset}: {policy}");
+        assert!(body.contains(marker), "{asset}");
+    }
+    let (status, _, script) = get_text(&app, "/dashboard.js", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !script.contains("innerHTML"),
+        "data is rendered as text only"
+    );
+    let (status, _, _) = get_text(&app, "/counts/types", None).await;
+    assert_eq!(
+        status,
+        StatusCode::UNAUTHORIZED,
+        "data still needs the token"
+    );
+}
+
+#[tokio::test]
+async fn live_counts_per_type_and_a_payload_on_request() {
+    let token = "0123456789abcdef0123";
+    let (app, _) = app(Some(token)).await;
+    for delay in [None, None, Some("1h")] {
+        let mut body = json!({"job_type": "mail", "payload": {"to": "<b>x</b>"}});
+        if let Some(delay) = delay {
+            body["delay"] = json!(delay);
+        }
+        let (status, _) = call_raw(
+            &app,
+            Method::POST,
+            "/jobs",
+            Some(body.to_string()),
+            Some(token),
+        )
+        .await;
+        assert_eq!(status, StatusCode::CREATED);
+    }
+    let (status, types) = call_raw(&app, Method::GET, "/counts/types", None, Some(token)).await;
+    assert_eq!(status, StatusCode::OK, "{types}");
+    assert_eq!(
+        types,
+        json!([{"job_type": "mail", "due": 2, "scheduled": 1, "running": 0}])
+    );
+
+    let (_, list) = call_raw(&app, Method::GET, "/jobs?limit=1", None, Some(token)).await;
+    let id = list[0]["id"].as_str().expect("id").to_string();
+    let (status, _) = call_raw(
+        &app,
+        Method::GET,
+        &format!("/jobs/{id}/payload"),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let (status, payload) = call_raw(
+        &app,
+        Method::GET,
+        &format!("/jobs/{id}/payload"),
+        None,
+        Some(token),
+    )
+    .await;
+    assert_eq!(
+        (status, payload),
+        (StatusCode::OK, json!({"to": "<b>x</b>"}))
+    );
+    let (status, error) =
+        call_raw(&app, Method::GET, "/jobs/nope/payload", None, Some(token)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
+}
