@@ -418,8 +418,11 @@ pub trait JobStore: Send + Sync + 'static {
     /// The database failed.
     async fn count_live_by_type(&self) -> Result<Vec<TypeCounts>, StoreError>;
 
-    /// Failed jobs matching the filter back to `pending`, attempts 0, error
-    /// cleared. Without limit/offset: every match.
+    /// Failed jobs matching the filter back to `pending`, error cleared,
+    /// with a fresh budget: `attempts` is kept (so attempt numbers, the
+    /// history and the completion fence never repeat) and `max_attempts`
+    /// grows by its own value (capped at `i32::MAX`). Without
+    /// limit/offset: every match.
     ///
     /// # Errors
     /// The database failed.

@@ -106,7 +106,10 @@ pub(super) async fn retry_failed(store: &MemoryStore, f: &JobFilter) -> u64 {
         for id in ids {
             if let Some(job) = st.jobs.get_mut(&id) {
                 job.status = JobStatus::Pending;
-                job.attempts = 0;
+                job.max_attempts = job
+                    .attempts
+                    .saturating_add(job.max_attempts)
+                    .min(i32::MAX as u32);
                 job.last_error = None;
                 job.error_code = None;
                 job.error_details = None;

@@ -187,7 +187,9 @@ pub(super) async fn retry_failed(store: &PostgresStore, f: &JobFilter) -> Result
     let mut n = 0;
     let w = filter_sql(&f, &mut n);
     let sql = format!(
-        "UPDATE {t} SET status = 'pending', attempts = 0, last_error = NULL, finished_at = NULL, \
+        "UPDATE {t} SET status = 'pending', \
+           max_attempts = LEAST(attempts::bigint + max_attempts, 2147483647)::integer, \
+           last_error = NULL, finished_at = NULL, \
            error_code = NULL, error_details = NULL, \
            run_at = now(), updated_at = now() \
          WHERE id IN (SELECT id FROM {t} WHERE {w} ORDER BY created_at, id LIMIT ${} OFFSET ${}) \

@@ -195,7 +195,8 @@ pub(super) async fn retry_failed(store: &SqliteStore, f: &JobFilter) -> Result<u
     let w = filter_sql(&f, &mut binds);
     let now = ms(Utc::now());
     let sql = format!(
-        "UPDATE boxcar_jobs SET status = 'pending', attempts = 0, last_error = NULL, \
+        "UPDATE boxcar_jobs SET status = 'pending', \
+           max_attempts = MIN(attempts + max_attempts, 2147483647), last_error = NULL, \
            error_code = NULL, error_details = NULL, \
            finished_at = NULL, run_at = ?, updated_at = ? \
          WHERE id IN (SELECT id FROM boxcar_jobs WHERE {w} ORDER BY created_at, id LIMIT ? OFFSET ?)"

@@ -49,8 +49,9 @@ async fn retry_failed_and_prune(fx: &Fixture) {
     for id in &ids {
         let j = fx.store.get(id).await.unwrap().unwrap();
         assert_eq!(
-            (j.status, j.attempts, j.last_error.clone()),
-            (JobStatus::Pending, 0, None)
+            (j.status, j.attempts, j.max_attempts, j.last_error.clone()),
+            (JobStatus::Pending, 1, 2, None),
+            "attempts kept, a fresh budget of max_attempts more"
         );
     }
     let c = fx
@@ -58,6 +59,24 @@ async fn retry_failed_and_prune(fx: &Fixture) {
         .claim_batch(claim("t", W1, 10, Duration::from_secs(60)))
         .await
         .unwrap();
+    assert!(
+        c.claimed.iter().all(|j| j.attempts == 2),
+        "the retried job's next claim is attempt 2, never a second attempt 1"
+    );
+    let stale = fx
+        .store
+        .fail(FailParams {
+            worker_id: W1.into(),
+            id: ids[0].clone(),
+            attempt: 1,
+            error: "a late write of the first attempt".into(),
+            code: None,
+            details: None,
+            ending: Default::default(),
+        })
+        .await
+        .unwrap();
+    assert!(!stale, "the first attempt's fence no longer matches");
     let jobs: Vec<Completed> = c
         .claimed
         .iter()
