@@ -187,8 +187,17 @@ impl Host {
     }
 }
 
+/// How long the producer keeps retrying a refused batch. On one SQLite
+/// file a host stopped while it holds the write lock keeps every writer
+/// out until it is resumed (3.5–4.5 s; the longest batch of a local run
+/// took 4.2–4.4 s), and once in CI (2026-12-02) the producer was kept out
+/// for over 30 s, cause not shown. The longest batch is printed; a
+/// failure says how many refusals it saw and over how long.
+const PRODUCER_PATIENCE: Duration = Duration::from_secs(120);
+
 /// A stream of jobs: one CLI call per batch, a flow of `batch` children.
-fn enqueue_batch(env: &Env, rng: &mut Rng, batch: usize, counter: &mut usize) {
+/// Returns how long the batch took to be accepted.
+fn enqueue_batch(env: &Env, rng: &mut Rng, batch: usize, counter: &mut usize) -> Duration {
     let children: Vec<Value> = (0..batch)
         .map(|_| {
             *counter += 1;
@@ -208,15 +217,18 @@ fn enqueue_batch(env: &Env, rng: &mut Rng, batch: usize, counter: &mut usize) {
     let file = env.path("batch.json");
     std::fs::write(&file, serde_json::to_string(&children).expect("json")).expect("write");
     let file = file.to_str().expect("utf-8").to_string();
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let started = Instant::now();
+    let mut refusals = 0;
     loop {
         let output = env.run(&["enqueue", "plain", r#"{"ms": 1}"#, "--children", &file]);
         if output.status.success() {
-            return;
+            return started.elapsed();
         }
+        refusals += 1;
         assert!(
-            Instant::now() < deadline,
-            "a batch was refused for 30 s:\n{}",
+            started.elapsed() < PRODUCER_PATIENCE,
+            "a batch was refused {refusals} times over {:?}:\n{}",
+            started.elapsed(),
             describe(&output)
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -426,15 +438,16 @@ fn run_chaos(env: Env, plan: Plan) {
     let started = Instant::now();
     // The producer runs beside the fault loop: an enqueue may wait for a
     // lock held by a stopped host, which only the fault loop resumes.
-    let (mut generation, enqueued) = std::thread::scope(|scope| {
+    let (mut generation, (enqueued, longest_stall)) = std::thread::scope(|scope| {
         let producer = scope.spawn(|| {
             let mut rng = Rng(plan.seed ^ 0x9e37_79b9_7f4a_7c15);
             let mut counter = 0;
+            let mut longest = Duration::ZERO;
             while producing.load(Ordering::Relaxed) {
-                enqueue_batch(&env, &mut rng, 10, &mut counter);
+                longest = longest.max(enqueue_batch(&env, &mut rng, 10, &mut counter));
                 std::thread::sleep(Duration::from_millis(300));
             }
-            counter
+            (counter, longest)
         });
         let generation = inject_faults(&env, &plan, &mut rng, &mut hosts, &mut hits, &mut done);
         producing.store(false, Ordering::Relaxed);
@@ -587,7 +600,8 @@ fn run_chaos(env: Env, plan: Plan) {
     let pool_peak = max_overlap(&mut pool_runs);
 
     println!(
-        "chaos: seed {} hosts {} faults {:?} in {:.1?}; jobs {} ({} enqueued in batches) runs {} \
+        "chaos: seed {} hosts {} faults {:?} in {:.1?}; jobs {} ({} enqueued in batches, the longest \
+         batch taking {:.1?}) runs {} \
          re-runs {} (after a run its own host aborted for want of a provable lease: {}) \
          max scope overlap {} (late, after SIGCONT: {}; uncertain, after a host-aborted run: {}) \
          pool peak {} of {}",
@@ -597,6 +611,7 @@ fn run_chaos(env: Env, plan: Plan) {
         fault_time,
         jobs.len(),
         enqueued,
+        longest_stall,
         runs.len(),
         reruns,
         host_aborted,
