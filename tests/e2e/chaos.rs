@@ -190,10 +190,9 @@ impl Host {
 /// How long the producer keeps retrying a refused batch. On one SQLite
 /// file a host stopped while it holds the write lock keeps every writer
 /// out until it is resumed (3.5–4.5 s; the longest batch of a local run
-/// took 4.2–4.4 s), and once in CI (2026-12-02) the producer was kept out
-/// for over 30 s, cause not shown. The longest batch is printed; a
-/// failure says how many refusals it saw and over how long.
-const PRODUCER_PATIENCE: Duration = Duration::from_secs(120);
+/// took 4.2–4.4 s). The longest batch is printed; a failure says how many
+/// refusals it saw and over how long.
+const PRODUCER_PATIENCE: Duration = Duration::from_secs(30);
 
 /// A stream of jobs: one CLI call per batch, a flow of `batch` children.
 /// Returns how long the batch took to be accepted.
@@ -437,7 +436,10 @@ fn run_chaos(env: Env, plan: Plan) {
     let mut done: BTreeMap<Fault, usize> = FAULTS.iter().map(|&f| (f, 0)).collect();
     let started = Instant::now();
     // The producer runs beside the fault loop: an enqueue may wait for a
-    // lock held by a stopped host, which only the fault loop resumes.
+    // lock held by a stopped host, which only the fault loop resumes — so
+    // a host still stopped when the faults end is resumed before the
+    // producer is joined (joining first left a stopped lock holder and
+    // the producer waiting on each other until the producer gave up).
     let (mut generation, (enqueued, longest_stall)) = std::thread::scope(|scope| {
         let producer = scope.spawn(|| {
             let mut rng = Rng(plan.seed ^ 0x9e37_79b9_7f4a_7c15);
@@ -451,6 +453,12 @@ fn run_chaos(env: Env, plan: Plan) {
         });
         let generation = inject_faults(&env, &plan, &mut rng, &mut hosts, &mut hits, &mut done);
         producing.store(false, Ordering::Relaxed);
+        for host in &mut hosts {
+            if let HostState::Stopped { .. } = host.state {
+                host.signal("CONT");
+                host.state = HostState::Up;
+            }
+        }
         (generation, producer.join().expect("producer"))
     });
     let fault_time = started.elapsed();
