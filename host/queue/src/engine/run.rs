@@ -160,6 +160,13 @@ async fn supervise(
         tokio::select! {
             biased;
             out = while_held => match out {
+                // The handler stopped its guest itself because the lease
+                // lapsed (the sandbox reads the same clock): a lost lease,
+                // not a cancel of the job's own, so nothing is written.
+                Some(Outcome::Cancelled) if lease.has_lapsed() && handle.reason().is_none() => {
+                    handle.abort(AbortReason::LeaseLost);
+                    return Outcome::Cancelled;
+                }
                 Some(out) => return out,
                 None => {
                     handle.abort(AbortReason::LeaseLost);

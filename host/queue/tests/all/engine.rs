@@ -546,6 +546,48 @@ async fn flows_with_mixed_children(fx: &Fixture) {
     w.shutdown().await;
 }
 
+/// A handler that stops its guest itself when the run's lease lapses (as
+/// the sandbox does) ends the attempt as a lost lease: no retry, failure
+/// or cancel is written, and the job is left to the rescue.
+async fn a_handler_stopped_by_its_lapsed_lease_loses_the_lease(fx: &Fixture) {
+    let q = fx.queue();
+    let rec = Arc::new(Recorder::default());
+    q.observe(rec.clone());
+    // Like a guest, it runs within one poll (no await) until the lapse.
+    let h = handler(|_job: JobRun, ctx: JobContext| async move {
+        while !ctx.lease.has_lapsed() {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Outcome::Cancelled
+    });
+    let s = {
+        let mut settings = settings(60_000);
+        settings.lease_duration = Some(Duration::from_millis(300));
+        settings.lease_renew_interval = Some(Duration::from_secs(30));
+        settings
+    };
+    let w = start(&q, "lapsing", h, s);
+    let id = q.add(NewJob::new("lapsing", &json!({}))).await.unwrap().id;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            rec.outcomes(&id).contains(&LifecycleOutcome::LeaseLost)
+        })
+        .await,
+        "the run ends as a lost lease: {:?}",
+        rec.outcomes(&id)
+    );
+    w.shutdown().await;
+    let outcomes = rec.outcomes(&id);
+    assert!(
+        !outcomes.contains(&LifecycleOutcome::RetryScheduled)
+            && !outcomes.contains(&LifecycleOutcome::FailedTerminal)
+            && !outcomes.contains(&LifecycleOutcome::Cancelled),
+        "nothing but the lost lease was recorded for the lapsed runs: {outcomes:?}"
+    );
+    let job = q.get(&id).await.unwrap().unwrap();
+    assert_ne!(job.status, JobStatus::Cancelled, "{job:?}");
+}
+
 async fn run_engine_suite(backend: Backend) {
     macro_rules! check {
         ($f:ident) => {{
@@ -561,6 +603,7 @@ async fn run_engine_suite(backend: Backend) {
     check!(timeout_and_cancel);
     check!(shutdown_releases);
     check!(renewal_and_reconcile);
+    check!(a_handler_stopped_by_its_lapsed_lease_loses_the_lease);
     check!(observers_cannot_stall);
     check!(services);
     check!(flows_with_mixed_children);
