@@ -242,6 +242,8 @@ struct Run {
     host: String,
     start: u128,
     end: Option<u128>,
+    /// When the next run of the same job began, if one did.
+    next_start: Option<u128>,
 }
 
 fn read_journal(dir: &Path) -> Vec<Run> {
@@ -264,9 +266,26 @@ fn read_journal(dir: &Path) -> Vec<Run> {
             host: host.to_string(),
             start: start.parse().expect("start"),
             end,
+            next_start: None,
         });
     }
     runs
+}
+
+/// Sets each run's `next_start`.
+fn link_next_starts(runs: &mut [Run]) {
+    let mut starts: HashMap<String, Vec<u128>> = HashMap::new();
+    for run in runs.iter() {
+        starts.entry(run.job.clone()).or_default().push(run.start);
+    }
+    for list in starts.values_mut() {
+        list.sort_unstable();
+    }
+    for run in runs.iter_mut() {
+        run.next_start = starts
+            .get(&run.job)
+            .and_then(|list| list.iter().copied().find(|&t| t > run.start));
+    }
 }
 
 fn all_jobs(env: &Env) -> Vec<Value> {
@@ -291,21 +310,25 @@ fn all_jobs(env: &Env) -> Vec<Value> {
 /// line — or, unless `late`, when its host was stopped, if that came first
 /// (a stopped process runs nothing; what it does after SIGCONT is late). A
 /// run cut short ends at the first fault on its host after it started
-/// (SIGTERM allows the graces). One with neither was aborted by its own
-/// host when it could no longer prove its lease: it ended within one lease
-/// of its claim, which the journal does not know, so it is counted as
-/// ending at its start here and its possible overlaps are printed apart
-/// (`uncertain`).
+/// (SIGTERM allows the graces) — or when the next run of the same job
+/// began, if that came first: the job was claimed again only after this
+/// run's lease ran out in the store, and its host stops the guest once it
+/// can no longer prove that lease, which is never later. One with neither
+/// was aborted by its own host when it could no longer prove its lease: it
+/// ended within one lease of its claim, which the journal does not know,
+/// so it is counted as ending at its start here and its possible overlaps
+/// are printed apart (`uncertain`).
 fn run_end(run: &Run, hits: &[Hit], late: bool) -> u128 {
     let first = hits
         .iter()
         .filter(|h| h.host == run.host && h.at >= run.start)
         .min_by_key(|h| h.at);
+    let next = run.next_start.unwrap_or(u128::MAX);
     match (run.end, first) {
         (Some(end), Some(hit)) if !late && hit.fault == Fault::Stop && hit.at < end => hit.at,
         (Some(end), _) => end,
-        (None, Some(hit)) if hit.fault == Fault::Term => hit.at + TERM_RUNS_ON,
-        (None, Some(hit)) => hit.at,
+        (None, Some(hit)) if hit.fault == Fault::Term => (hit.at + TERM_RUNS_ON).min(next),
+        (None, Some(hit)) => hit.at.min(next),
         (None, None) => run.start,
     }
 }
@@ -494,7 +517,8 @@ fn run_chaos(env: Env, plan: Plan) {
     });
 
     let jobs = all_jobs(&env);
-    let runs = read_journal(&journal);
+    let mut runs = read_journal(&journal);
+    link_next_starts(&mut runs);
     let mut by_job: HashMap<String, Vec<Run>> = HashMap::new();
     for run in &runs {
         by_job.entry(run.job.clone()).or_default().push(run.clone());
