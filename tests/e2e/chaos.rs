@@ -333,6 +333,43 @@ fn run_end(run: &Run, hits: &[Hit], late: bool) -> u128 {
     }
 }
 
+/// The pooled runs alive together at the first instant the pool held more
+/// than its concurrency, each with its counted end and the faults near it,
+/// for a failure message.
+fn pool_excess(runs: &[Run], pooled: &[&str], hits: &[Hit]) -> Vec<String> {
+    let counted: Vec<(&Run, u128)> = runs
+        .iter()
+        .filter(|r| pooled.contains(&r.job.as_str()))
+        .map(|r| (r, run_end(r, hits, false)))
+        .collect();
+    let Some(instant) = counted
+        .iter()
+        .map(|(r, _)| r.start)
+        .filter(|&t| {
+            counted
+                .iter()
+                .filter(|(r, end)| r.start <= t && t < *end)
+                .count()
+                > POOL_CONCURRENCY
+        })
+        .min()
+    else {
+        return Vec::new();
+    };
+    counted
+        .iter()
+        .filter(|(r, end)| r.start <= instant && instant < *end)
+        .map(|(r, end)| {
+            let faults: Vec<String> = hits
+                .iter()
+                .filter(|h| h.at + 5_000_000_000 >= r.start && h.at <= end + 1_000_000_000)
+                .map(|h| format!("{:?} {} at {}", h.fault, h.host, h.at))
+                .collect();
+            format!("{r:?} counted until {end}; faults near: {faults:?}")
+        })
+        .collect()
+}
+
 /// The largest number of runs alive at one instant.
 fn max_overlap(intervals: &mut [(u128, u128)]) -> usize {
     let mut edges: Vec<(u128, i32)> = intervals
@@ -659,7 +696,10 @@ fn run_chaos(env: Env, plan: Plan) {
         ));
     }
     if pool_peak > POOL_CONCURRENCY {
-        problems.push(format!("the pool ran {pool_peak} at once"));
+        problems.push(format!(
+            "the pool ran {pool_peak} at once:\n{}",
+            pool_excess(&runs, &pooled, &hits).join("\n")
+        ));
     }
     assert!(
         problems.is_empty(),
