@@ -169,34 +169,51 @@ impl Dialect {
     /// Records the attempts of the JSON endings `$1` ([`endings_json`]) of
     /// jobs still running (under worker `$2`'s lease when `$2` is not
     /// null, and at the ending's claim attempt when it names one), from
-    /// their job rows, finished now.
+    /// their job rows, finished now. The endings drive the join (`CROSS
+    /// JOIN` fixes SQLite's join order): each finds its job by primary key.
+    /// Joined the other way, SQLite's planner walked every running job and
+    /// re-read the whole JSON batch for each, which cost more than half the
+    /// drain rate.
     pub(in crate::store) fn record_attempts(&self) -> String {
+        self.record_attempts_at(1)
+    }
+
+    /// [`Dialect::record_attempts`] with its three parameters numbered from
+    /// `first` (endings, worker, now), for a statement that runs beside
+    /// others in one request.
+    pub(in crate::store) fn record_attempts_at(&self, first: usize) -> String {
         let figures = FIGURES.map(|f| format!("a.{f}")).join(", ");
+        let worker = first + 1;
         format!(
             "INSERT INTO {} (job_id, attempt, worker, digest, started_at, finished_at, outcome, \
                error, error_code, error_details, {}) \
              SELECT j.id, j.attempts, j.lease_owner, j.handler_version, j.started_at, {}, \
                a.outcome, a.error, a.error_code, a.error_details, {figures} \
-             FROM {} JOIN {} j ON j.id = a.id \
-             WHERE j.status = 'running' AND ({} IS NULL OR j.lease_owner = $2) \
+             FROM {} CROSS JOIN {} j \
+             WHERE j.id = a.id AND j.status = 'running' AND ({} IS NULL OR j.lease_owner = ${worker}) \
                AND (a.claim_attempt IS NULL OR j.attempts = a.claim_attempt)",
             self.attempts,
             FIGURES.join(", "),
-            self.now(3),
-            self.json_rows(1, &ENDING_FIELDS),
+            self.now(first + 2),
+            self.json_rows(first, &ENDING_FIELDS),
             self.jobs,
-            self.text_param(2),
+            self.text_param(worker),
         )
     }
 
     /// Stores the JSON log lines `$1` ([`logs_json`]).
     pub(in crate::store) fn insert_logs(&self) -> String {
+        self.insert_logs_at(1)
+    }
+
+    /// [`Dialect::insert_logs`] binding its lines as parameter `$n`.
+    pub(in crate::store) fn insert_logs_at(&self, n: usize) -> String {
         format!(
             "INSERT INTO {} (job_id, attempt, seq, at, level, message) \
              SELECT a.job_id, a.attempt, a.seq, {}, a.level, a.message FROM {}",
             self.logs,
             self.time_from_ms("a.at_ms"),
-            self.json_rows(1, &LOG_FIELDS),
+            self.json_rows(n, &LOG_FIELDS),
         )
     }
 

@@ -10,7 +10,9 @@
 //! - This process's writers queue on one async mutex before SQLite's lock.
 //! - A connection goes back to the pool outside any transaction: one
 //!   returned inside a transaction (a `BEGIN` its user ran by hand through
-//!   [`SqliteStore::pool`], a `COMMIT` SQLite refused and kept open) is
+//!   [`SqliteStore::pool`], a `COMMIT` SQLite refused and kept open, a
+//!   completion batch sent as one request whose statement failed after its
+//!   `BEGIN`) is
 //!   rolled back before it is reused, and one whose transaction state sqlx
 //!   and SQLite disagree on is closed — so no later user runs inside a
 //!   stranger's transaction or waits on the write lock it holds.

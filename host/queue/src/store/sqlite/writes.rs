@@ -23,7 +23,9 @@ use super::rows::{claim_lists, ms};
 use super::{history, tx, SqliteStore};
 use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, JobStatus};
-use crate::store::sql::{jobs_from_rows, type_max_attempts, SqlEnding, JOB_COLS, LIVE};
+use crate::store::sql::{
+    endings_json, jobs_from_rows, logs_json, type_max_attempts, SqlEnding, JOB_COLS, LIVE,
+};
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams,
     RenewParams, RetryParams, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR,
@@ -215,6 +217,32 @@ pub(super) async fn renew_leases(
         .await?)
 }
 
+/// A batch of successes in one request to SQLite's worker thread: the
+/// attempts (`$1` endings, `$2` worker, `$3` now), their unstored log lines
+/// (`$4`) and the fenced job updates (`$5`: id, attempt and result per job)
+/// inside one `BEGIN IMMEDIATE … COMMIT`: one round trip to the worker
+/// thread instead of four (begin, record, update, commit). A statement that
+/// fails leaves the transaction open on its connection, and the pool rolls
+/// it back when the connection comes back (`reset_on_release`), so nothing
+/// of a failed batch is kept.
+static COMPLETE: LazyLock<String> = LazyLock::new(|| {
+    let sql = crate::store::sql::Dialect::sqlite();
+    format!(
+        "BEGIN IMMEDIATE; {record}; {logs}; \
+         UPDATE boxcar_jobs SET status = 'succeeded', result = c.result, finished_at = ?3, \
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = ?3 \
+         FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.attempt') AS attempt, \
+                 json_extract(value, '$.result') AS result \
+               FROM json_each(?5)) AS c \
+         WHERE boxcar_jobs.id = c.id AND +boxcar_jobs.status = 'running' \
+           AND boxcar_jobs.lease_owner = ?2 AND boxcar_jobs.attempts = c.attempt \
+         RETURNING boxcar_jobs.id; \
+         COMMIT",
+        record = sql.record_attempts_at(1),
+        logs = sql.insert_logs_at(4),
+    )
+});
+
 pub(super) async fn complete(
     store: &SqliteStore,
     p: CompleteParams,
@@ -228,31 +256,20 @@ pub(super) async fn complete(
             .collect(),
     )
     .to_string();
-    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
     let endings: Vec<SqlEnding<'_>> = p
         .jobs
         .iter()
         .map(|c| SqlEnding::of(&c.id, &c.ending, AttemptOutcome::Succeeded, None).fenced(c.attempt))
         .collect();
-    history::record(&mut tx, &store.sql, &endings, Some(&p.worker_id), now).await?;
-    let logs = p.jobs.iter().flat_map(|c| &c.ending.logs).collect();
-    history::store_logs(&mut tx, &store.sql, logs).await?;
-    let done: Vec<String> = sqlx::query_scalar(
-        "UPDATE boxcar_jobs SET status = 'succeeded', result = c.result, finished_at = ?1, \
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = ?1 \
-         FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.attempt') AS attempt, \
-                 json_extract(value, '$.result') AS result \
-               FROM json_each(?2)) AS c \
-         WHERE boxcar_jobs.id = c.id AND +boxcar_jobs.status = 'running' \
-           AND boxcar_jobs.lease_owner = ?3 AND boxcar_jobs.attempts = c.attempt \
-         RETURNING boxcar_jobs.id",
-    )
-    .bind(now)
-    .bind(batch)
-    .bind(&p.worker_id)
-    .fetch_all(&mut *tx)
-    .await?;
-    tx.commit().await?;
+    let logs = logs_json(p.jobs.iter().flat_map(|c| &c.ending.logs));
+    let done: Vec<String> = sqlx::query_scalar(&COMPLETE)
+        .bind(endings_json(&endings))
+        .bind(&p.worker_id)
+        .bind(now)
+        .bind(logs)
+        .bind(batch)
+        .fetch_all(&store.pool)
+        .await?;
     for id in &done {
         store.notify(StoreEvent::Finished(id.clone()));
     }
