@@ -97,7 +97,10 @@ enum HostState {
     Terminating,
 }
 
-/// A fault as it happened: which host, what, and when (wall clock ns).
+/// A fault as it happened: which host, what, and when (wall clock ns). A
+/// kill's and a stop's time is when it had taken effect (the process reaped;
+/// every thread seen stopped), not when it was sent: a run that began in
+/// between began before the fault and is cut by it.
 struct Hit {
     host: String,
     fault: Fault,
@@ -178,6 +181,25 @@ impl Host {
         )
     }
 
+    /// Waits until every thread of the host is stopped (after SIGSTOP; the
+    /// `kill` command returns as soon as the signal is queued).
+    fn wait_until_stopped(&self) {
+        let Some(pid) = self.process.as_ref().and_then(Serve::pid) else {
+            return;
+        };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if all_threads_stopped(pid) {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        eprintln!(
+            "chaos: host {} (pid {pid}) not seen stopped within 5 s of SIGSTOP",
+            self.name
+        );
+    }
+
     fn signal(&self, signal: &str) {
         if let Some(pid) = self.process.as_ref().and_then(Serve::pid) {
             let _ = Command::new("kill")
@@ -185,6 +207,31 @@ impl Host {
                 .status();
         }
     }
+}
+
+/// Whether every thread of `pid` is in the stopped state (`T`) per
+/// `/proc/PID/task/*/stat`; false if it cannot be read (an exited process
+/// is not waited for either: the caller's deadline ends the wait).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    let mut any = false;
+    for task in tasks.flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            return false;
+        };
+        // The state follows the parenthesised command name, which may
+        // itself hold spaces or parentheses.
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        if state != Some("T") {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// How long the producer keeps retrying a refused batch. On one SQLite
@@ -434,22 +481,21 @@ fn inject_faults(
                 .collect();
             let fault = pending[rng.below(pending.len())];
             let host = &mut hosts[up[rng.below(up.len())]];
-            let hit = Hit {
-                host: host.name.clone(),
-                fault,
-                at: now_ns(),
-            };
+            let mut at = now_ns();
             match fault {
                 Fault::Kill => {
                     if let Some(mut process) = host.process.take() {
                         process.kill9();
                     }
+                    at = now_ns();
                     host.state = HostState::Down {
                         until: now + Duration::from_millis(100 + rng.below(400) as u64),
                     };
                 }
                 Fault::Stop => {
                     host.signal("STOP");
+                    host.wait_until_stopped();
+                    at = now_ns();
                     let pause = LEASE + Duration::from_millis(500 + rng.below(1000) as u64);
                     host.state = HostState::Stopped { until: now + pause };
                 }
@@ -458,7 +504,11 @@ fn inject_faults(
                     host.state = HostState::Terminating;
                 }
             }
-            hits.push(hit);
+            hits.push(Hit {
+                host: host.name.clone(),
+                fault,
+                at,
+            });
             *done.get_mut(&fault).expect("kind") += 1;
             next_fault = now + plan.every;
         }
