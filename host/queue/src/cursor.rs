@@ -3,7 +3,7 @@
 //! jobs strictly after it in the list's order.
 //!
 //! Invariants: a cursor's text form is opaque to callers (lowercase hex of
-//! `MICROS:ID`) and round-trips exactly (`parse(c.to_string()) == c`);
+//! `SECONDS.NANOS:ID`) and round-trips exactly, to the nanosecond (`parse(c.to_string()) == c`);
 //! parsing never panics and rejects anything that is not such a text with
 //! [`InvalidCursor`]. A cursor names a position, not a row: the row it came
 //! from may be gone and paging goes on from where it was.
@@ -69,7 +69,12 @@ fn hex_digit(b: u8) -> Option<u8> {
 
 impl fmt::Display for JobCursor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let plain = format!("{}:{}", self.created_at.timestamp_micros(), self.id);
+        let plain = format!(
+            "{}.{:09}:{}",
+            self.created_at.timestamp(),
+            self.created_at.timestamp_subsec_nanos(),
+            self.id
+        );
         for b in plain.bytes() {
             write!(f, "{b:02x}")?;
         }
@@ -97,13 +102,22 @@ impl FromStr for JobCursor {
             .collect::<Option<Vec<u8>>>()
             .ok_or_else(|| invalid("it is not lowercase hex"))?;
         let plain = String::from_utf8(bytes).map_err(|_| invalid("it does not decode to text"))?;
-        let (micros, id) = plain
+        let (instant, id) = plain
             .split_once(':')
             .ok_or_else(|| invalid("it has no job id"))?;
-        let micros: i64 = micros
+        let (secs, nanos) = instant
+            .split_once('.')
+            .ok_or_else(|| invalid("its instant has no fraction"))?;
+        let secs: i64 = secs
             .parse()
             .map_err(|_| invalid("its instant is not a number"))?;
-        let created_at = DateTime::from_timestamp_micros(micros)
+        if nanos.len() != 9 || !nanos.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(invalid("its instant's fraction is not nine digits"));
+        }
+        let nanos: u32 = nanos
+            .parse()
+            .map_err(|_| invalid("its instant is not a number"))?;
+        let created_at = DateTime::from_timestamp(secs, nanos)
             .ok_or_else(|| invalid("its instant is out of range"))?;
         if id.is_empty() {
             return Err(invalid("its job id is empty"));
@@ -135,12 +149,20 @@ mod tests {
     #[test]
     fn round_trips_and_rejects_garbage() {
         let c = JobCursor {
-            created_at: DateTime::from_timestamp_micros(1_764_000_000_123_456).expect("instant"),
+            created_at: DateTime::from_timestamp(1_764_000_000, 123_456_789).expect("instant"),
             id: "0193-abc:ü".into(),
         };
         let text = c.to_string();
         assert!(text.bytes().all(|b| b.is_ascii_hexdigit()));
         assert_eq!(text.parse::<JobCursor>(), Ok(c));
+        let before_epoch = JobCursor {
+            created_at: DateTime::from_timestamp(-5, 7).expect("instant"),
+            id: "x".into(),
+        };
+        assert_eq!(
+            before_epoch.to_string().parse::<JobCursor>(),
+            Ok(before_epoch)
+        );
         for bad in [
             "",
             "abc",
@@ -151,6 +173,8 @@ mod tests {
             "78783a6964",
             "ff3a",
             "313a",
+            "312e313a6964",
+            "312e3030303030303030303030303a6964",
         ] {
             assert!(bad.parse::<JobCursor>().is_err(), "{bad} parsed");
         }

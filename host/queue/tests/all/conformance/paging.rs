@@ -87,7 +87,7 @@ async fn walk(q: &boxcar_queue::Queue, f: &JobFilter, limit: u32) -> Vec<Job> {
         let next = JobCursor::next_page(&page, limit);
         out.extend(page);
         match next {
-            Some(c) => f.after = Some(c),
+            Some(c) => f.after = Some(c.to_string().parse().expect("a cursor round-trips")),
             None => return out,
         }
     }
