@@ -212,7 +212,10 @@ fn jobs_pages_by_cursor_and_refuses_a_malformed_one() {
         }
         let page = env.json(&args);
         let page = page.as_array().expect("array").clone();
-        seen.extend(page.iter().map(|j| j["id"].as_str().expect("id").to_string()));
+        seen.extend(
+            page.iter()
+                .map(|j| j["id"].as_str().expect("id").to_string()),
+        );
         match page.get(1) {
             Some(last) => after = Some(last["cursor"].as_str().expect("cursor").to_string()),
             None => break,

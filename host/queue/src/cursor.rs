@@ -31,7 +31,9 @@ pub struct JobCursor {
 
 /// A cursor text that no store handed out.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("malformed cursor: {reason}; pass the `cursor` of the last job of the previous page unchanged")]
+#[error(
+    "malformed cursor: {reason}; pass the `cursor` of the last job of the previous page unchanged"
+)]
 pub struct InvalidCursor {
     reason: &'static str,
 }
@@ -92,7 +94,7 @@ impl FromStr for JobCursor {
         if text.len() > MAX_TEXT {
             return Err(invalid("it is too long"));
         }
-        if text.len() % 2 != 0 {
+        if !text.len().is_multiple_of(2) {
             return Err(invalid("it has an odd number of characters"));
         }
         let bytes = text

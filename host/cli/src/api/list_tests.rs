@@ -21,14 +21,20 @@ async fn the_jobs_list_pages_by_cursor() {
         assert_eq!(status, StatusCode::CREATED, "{added}");
         ids.push(added["id"].as_str().expect("id").to_string());
     }
-    for (order, expected) in [("oldest", ids.clone()), ("newest", ids.iter().rev().cloned().collect())] {
+    for (order, expected) in [
+        ("oldest", ids.clone()),
+        ("newest", ids.iter().rev().cloned().collect()),
+    ] {
         let mut seen = Vec::new();
         let mut uri = format!("/jobs?type=mail&limit=2&order={order}");
         loop {
             let (status, page) = call(&app, Method::GET, &uri, None).await;
             assert_eq!(status, StatusCode::OK, "{page}");
             let page = page.as_array().expect("a list").clone();
-            seen.extend(page.iter().map(|j| j["id"].as_str().expect("id").to_string()));
+            seen.extend(
+                page.iter()
+                    .map(|j| j["id"].as_str().expect("id").to_string()),
+            );
             if page.len() < 2 {
                 break;
             }
@@ -45,7 +51,9 @@ async fn the_jobs_list_pages_by_cursor() {
             "{bad}: {error}"
         );
         assert!(
-            error["message"].as_str().is_some_and(|m| m.contains("malformed cursor")),
+            error["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("malformed cursor")),
             "{error}"
         );
     }

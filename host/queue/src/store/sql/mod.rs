@@ -26,10 +26,10 @@ mod transitions;
 
 pub(super) use deployed_types::{deployed_type_from_row, type_max_attempts};
 pub(super) use dialect::Dialect;
-pub(super) use page::{page_query, Bind as PageBind};
 pub(super) use history::{
     attempt_from_row, endings_json, log_from_row, logs_json, Ending as SqlEnding,
 };
+pub(super) use page::{page_query, Bind as PageBind};
 
 use std::str::FromStr;
 use std::sync::LazyLock;

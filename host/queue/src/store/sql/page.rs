@@ -115,7 +115,10 @@ fn arms(f: &JobFilter, b: &mut Binds) -> Vec<Vec<String>> {
             .iter()
             .map(|s| {
                 let mut c = conds.to_vec();
-                c.push(format!("status = {}", b.push(Bind::Text(s.as_str().into()))));
+                c.push(format!(
+                    "status = {}",
+                    b.push(Bind::Text(s.as_str().into()))
+                ));
                 c
             })
             .collect()
@@ -200,7 +203,11 @@ mod tests {
     use crate::handler::Scope;
 
     fn arm_count(f: &JobFilter) -> usize {
-        page_query("jobs", f).sql.matches("SELECT * FROM (").count().max(1)
+        page_query("jobs", f)
+            .sql
+            .matches("SELECT * FROM (")
+            .count()
+            .max(1)
     }
 
     #[test]
@@ -219,8 +226,10 @@ mod tests {
         assert_eq!(arm_count(&f), 5);
         f.parent_id = Some("p".into());
         assert_eq!(arm_count(&f), 1);
-        let mut many = JobFilter::default();
-        many.types = (0..20).map(|n| n.to_string()).collect();
+        let many = JobFilter {
+            types: (0..20).map(|n| n.to_string()).collect(),
+            ..JobFilter::default()
+        };
         let q = page_query("jobs", &many);
         assert_eq!(arm_count(&many), 1);
         assert!(q.sql.contains("job_type IN ("), "{}", q.sql);

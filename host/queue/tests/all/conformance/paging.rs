@@ -13,17 +13,16 @@ use super::*;
 use crate::support::Fixture;
 
 /// The filters the list offers, each with a predicate of its own.
-fn filters(parent: &str) -> Vec<(&'static str, JobFilter, Box<dyn Fn(&Job) -> bool>)> {
+/// A named filter and the predicate it must agree with.
+type Named = (&'static str, JobFilter, Box<dyn Fn(&Job) -> bool>);
+
+fn filters(parent: &str) -> Vec<Named> {
     let acct = Scope::new("acct", "1");
-    let mut out: Vec<(&'static str, JobFilter, Box<dyn Fn(&Job) -> bool>)> = Vec::new();
+    let mut out: Vec<Named> = Vec::new();
     out.push(("none", JobFilter::default(), Box::new(|_| true)));
     let mut f = JobFilter::default();
     f.statuses = vec![JobStatus::Pending];
-    out.push((
-        "status",
-        f,
-        Box::new(|j| j.status == JobStatus::Pending),
-    ));
+    out.push(("status", f, Box::new(|j| j.status == JobStatus::Pending)));
     let mut f = JobFilter::default();
     f.statuses = vec![JobStatus::Failed, JobStatus::Cancelled];
     out.push((
@@ -164,7 +163,10 @@ async fn cursor_pages_cover_every_job_once(fx: &Fixture) {
             .filter(|j| keep(j))
             .map(|j| j.id.clone())
             .collect();
-        assert!(!expected.is_empty(), "{name}: the fixture matches something");
+        assert!(
+            !expected.is_empty(),
+            "{name}: the fixture matches something"
+        );
         for newest_first in [false, true] {
             let mut f = filter.clone();
             f.newest_first = newest_first;
