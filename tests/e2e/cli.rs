@@ -189,3 +189,48 @@ fn payload_schema_is_checked_at_enqueue_and_names_the_pointer_not_the_value() {
     assert!(!stderr.contains("987654321"), "never the value: {stderr}");
     env.ok(&["enqueue", "article", r#"{"url": "https://example.com"}"#]);
 }
+
+#[test]
+fn jobs_pages_by_cursor_and_refuses_a_malformed_one() {
+    let env = Env::sqlite();
+    std::fs::write(env.path("boxcar.toml"), "handled_elsewhere = [\"mail\"]\n").expect("config");
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(
+            env.json(&["enqueue", "mail", "{}"])["id"]
+                .as_str()
+                .expect("id")
+                .to_string(),
+        );
+    }
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut args = vec!["jobs", "--limit", "2"];
+        if let Some(a) = &after {
+            args.extend(["--after", a.as_str()]);
+        }
+        let page = env.json(&args);
+        let page = page.as_array().expect("array").clone();
+        seen.extend(
+            page.iter()
+                .map(|j| j["id"].as_str().expect("id").to_string()),
+        );
+        match page.get(1) {
+            Some(last) => after = Some(last["cursor"].as_str().expect("cursor").to_string()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids, "oldest first, every job once");
+    let newest = env.json(&["jobs", "--newest", "--limit", "1"]);
+    assert_eq!(newest[0]["id"].as_str(), ids.last().map(String::as_str));
+
+    let output = env.run(&["jobs", "--limit", "2"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("next page: --after "), "{stderr}");
+
+    let output = env.run(&["jobs", "--after", "not-a-cursor"]);
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("malformed cursor"), "{stderr}");
+}

@@ -1,6 +1,7 @@
 //! The dashboard in headless Chromium against the real binary: live counts,
-//! filters, a failed job's attempts and logs, cancel and retry from the
-//! page, bulk retry, hostile text rendered as text, and the token prompt.
+//! filters, paging by cursor, a failed job's attempts and logs, cancel and
+//! retry from the page, bulk retry, hostile text rendered as text, and the
+//! token prompt.
 //! Screenshots of the overview, a failed job and the handlers view are
 //! written under `target/dashboard-screenshots/`.
 
@@ -345,4 +346,53 @@ fn with_a_token_the_page_asks_for_it_and_then_works() {
         browser.script("return sessionStorage.getItem('boxcar-token');"),
         Value::from(token)
     );
+}
+
+#[test]
+fn the_jobs_list_pages_forward_and_back_by_cursor() {
+    let env = Env::sqlite();
+    env.fast_config("handled_elsewhere = [\"mail\"]");
+    let serve = env.serve("serve", &[]);
+    let Some(browser) = Browser::start(&serve.listen) else {
+        return;
+    };
+    for _ in 0..120 {
+        enqueue(&env, &["mail", "{}"]);
+    }
+    let listed = env.json(&["jobs", "--type", "mail", "--limit", "200"]);
+    let ids: Vec<String> = listed
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|j| j["id"].as_str().expect("id").to_string())
+        .collect();
+    assert_eq!(ids.len(), 120);
+    let page = |b: &Browser, first: &str, len: usize, info: &str| {
+        let rows = b.texts("#jobs tbody tr");
+        (rows.len() == len
+            && rows[0].contains(first)
+            && b.text("#page-info").is_some_and(|t| t == info))
+        .then_some(())
+    };
+    let disabled = |b: &Browser, css: &str| {
+        b.script(&format!("return document.querySelector('{css}').disabled")) == Value::Bool(true)
+    };
+    browser.open("#jobs?type=mail");
+    browser.until("the first page", |b| page(b, &ids[0], 50, "rows 1–50"));
+    assert!(disabled(&browser, "#page-prev"));
+    browser.click("#page-next");
+    browser.until("the second page", |b| page(b, &ids[50], 50, "rows 51–100"));
+    assert!(browser.url().contains("after="), "{}", browser.url());
+    browser.click("#page-next");
+    browser.until("the last page", |b| page(b, &ids[100], 20, "rows 101–120"));
+    assert!(disabled(&browser, "#page-next"));
+    browser.click("#page-prev");
+    browser.until("back to the second page", |b| {
+        page(b, &ids[50], 50, "rows 51–100")
+    });
+    browser.click("#page-prev");
+    browser.until("back to the first page", |b| {
+        page(b, &ids[0], 50, "rows 1–50")
+    });
+    assert!(!browser.url().contains("after="), "{}", browser.url());
 }

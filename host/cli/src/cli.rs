@@ -213,9 +213,16 @@ pub struct JobsArgs {
     /// Page size.
     #[arg(long, default_value_t = 100)]
     pub limit: u32,
-    /// Rows to skip.
+    /// Rows to skip (slow when deep: page with --after instead).
     #[arg(long, default_value_t = 0)]
     pub offset: u32,
+    /// The page after this cursor (printed after a full page, and as each
+    /// job's `cursor` with --json).
+    #[arg(long)]
+    pub after: Option<String>,
+    /// Newest first (the default is oldest first).
+    #[arg(long)]
+    pub newest: bool,
 }
 
 /// `boxcar cancel`.

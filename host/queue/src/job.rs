@@ -11,6 +11,7 @@ use std::{fmt, str::FromStr, time::Duration};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::cursor::JobCursor;
 use crate::handler::Scope;
 
 /// Where a job is in its life. `Succeeded`, `Failed`, `Cancelled` are terminal.
@@ -281,9 +282,18 @@ pub struct JobFilter {
     /// Page size; `find` defaults to [`JobFilter::DEFAULT_LIMIT`].
     #[serde(default)]
     pub limit: Option<u32>,
-    /// Rows to skip.
+    /// Rows to skip (after `after`, when both are given). A deep offset
+    /// reads every skipped row: page with `after` instead.
     #[serde(default)]
     pub offset: Option<u32>,
+    /// Keyset paging (`find` only): the jobs strictly after this position
+    /// in the list's order, i.e. the page after the one this cursor ended.
+    #[serde(default)]
+    pub after: Option<JobCursor>,
+    /// List newest first (`find` only); oldest first by default. Either way
+    /// the order is (`created_at`, `id`), ties broken by id.
+    #[serde(default)]
+    pub newest_first: bool,
 }
 
 impl JobFilter {

@@ -45,6 +45,7 @@ pub mod attempt;
 pub mod bench;
 pub mod bounds;
 mod clock;
+mod cursor;
 pub mod deployed;
 mod engine;
 mod guards;
@@ -69,6 +70,7 @@ mod validate;
 pub use attempt::{Attempt, AttemptOutcome, AttemptUsage, LogLine, LogQuery, StoredLogLine};
 pub use bounds::EnqueueBounds;
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use cursor::{InvalidCursor, JobCursor};
 pub use engine::{
     guest_dedupe_key, replay, DryEnqueue, FiredTick, Maintenance, Replay, ReplayRequest, Scheduler,
     SchedulerHandle, Worker, WorkerHandle, INVALID_OUTPUT, RUN_SPAN_TARGET, UNSTORABLE_OUTCOME,

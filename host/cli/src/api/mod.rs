@@ -28,8 +28,8 @@ use axum::{
     routing::{get, post},
     Json, Router,
 };
-use boxcar_queue::{JobFilter, PoolStatus, Queue, Registry, Scheduler, Scope};
-use serde::Deserialize;
+use boxcar_queue::{JobCursor, JobFilter, PoolStatus, Queue, Registry, Scheduler, Scope};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 pub use error::ApiError;
@@ -189,17 +189,45 @@ struct ListQuery {
     parent: Option<String>,
     limit: Option<u32>,
     offset: Option<u32>,
+    after: Option<String>,
+    order: Option<String>,
+}
+
+/// A job of the list with its position: pass the last one's `cursor` as
+/// `after` for the next page.
+#[derive(Serialize)]
+struct ListedJob {
+    #[serde(flatten)]
+    job: JobView,
+    cursor: String,
 }
 
 async fn list_jobs(
     State(state): State<AppState>,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Vec<JobView>>, ApiError> {
+) -> Result<Json<Vec<ListedJob>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
     let mut filter = JobFilter::default();
     filter.limit = Some(query.limit.unwrap_or(JobFilter::DEFAULT_LIMIT).min(1000));
     filter.offset = query.offset;
     filter.parent_id = query.parent;
+    if let Some(after) = query.after {
+        filter.after = Some(
+            after
+                .parse::<JobCursor>()
+                .map_err(|e| ApiError::bad_request("bad_cursor", e.to_string()))?,
+        );
+    }
+    filter.newest_first = match query.order.as_deref() {
+        None | Some("oldest") => false,
+        Some("newest") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "bad_query",
+                format!("unknown order `{other}`: use oldest or newest"),
+            ))
+        }
+    };
     if let Some(statuses) = query.status {
         for name in statuses.split(',').filter(|s| !s.is_empty()) {
             filter.statuses.push(
@@ -220,7 +248,14 @@ async fn list_jobs(
             Some(parse_scope(&scope).map_err(|m| ApiError::bad_request("bad_query", m))?);
     }
     let jobs = state.queue.find(&filter).await?;
-    Ok(Json(jobs.iter().map(JobView::from).collect()))
+    Ok(Json(
+        jobs.iter()
+            .map(|j| ListedJob {
+                job: JobView::from(j),
+                cursor: JobCursor::of(j).to_string(),
+            })
+            .collect(),
+    ))
 }
 
 /// Parses `TYPE:ID` into a scope.
@@ -364,5 +399,7 @@ async fn metrics_text(State(state): State<AppState>) -> Result<Response, ApiErro
 
 #[cfg(test)]
 mod browser_tests;
+#[cfg(test)]
+mod list_tests;
 #[cfg(test)]
 mod tests;

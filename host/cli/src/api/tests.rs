@@ -14,7 +14,7 @@ use tower::ServiceExt;
 
 use super::{router, AppState, Metrics, MAX_BODY};
 
-async fn app(token: Option<&str>) -> (Router, Queue) {
+pub(super) async fn app(token: Option<&str>) -> (Router, Queue) {
     app_on(None, token).await
 }
 
@@ -40,7 +40,12 @@ pub(super) async fn app_on(
     (router(state), queue)
 }
 
-async fn call(app: &Router, method: Method, uri: &str, body: Option<Value>) -> (StatusCode, Value) {
+pub(super) async fn call(
+    app: &Router,
+    method: Method,
+    uri: &str,
+    body: Option<Value>,
+) -> (StatusCode, Value) {
     call_raw(app, method, uri, body.map(|b| b.to_string()), None).await
 }
 

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use boxcar_queue::{
-    ClaimGuards, HandlerEventKind, JobFilter, JobStatus, PoolStatus, Queue, Registry,
+    ClaimGuards, HandlerEventKind, JobCursor, JobFilter, JobStatus, PoolStatus, Queue, Registry,
 };
 use chrono::Utc;
 use serde_json::json;
@@ -61,10 +61,30 @@ pub async fn jobs(context: Context, args: JobsArgs) -> anyhow::Result<()> {
     filter.parent_id = args.parent;
     filter.limit = Some(args.limit);
     filter.offset = Some(args.offset);
+    filter.newest_first = args.newest;
+    if let Some(after) = args.after.as_deref() {
+        filter.after = Some(
+            after
+                .parse::<JobCursor>()
+                .map_err(|e| usage(format!("--after: {e}")))?,
+        );
+    }
     let jobs = queue.find(&filter).await?;
+    let next = JobCursor::next_page(&jobs, args.limit);
     let views: Vec<JobView> = jobs.iter().map(JobView::from).collect();
     if context.json {
-        return print_json(&views);
+        let listed: Vec<serde_json::Value> = jobs
+            .iter()
+            .zip(&views)
+            .map(|(job, view)| {
+                let mut value = serde_json::to_value(view)?;
+                if let Some(fields) = value.as_object_mut() {
+                    fields.insert("cursor".into(), JobCursor::of(job).to_string().into());
+                }
+                Ok(value)
+            })
+            .collect::<Result<_, serde_json::Error>>()?;
+        return print_json(&listed);
     }
     let rows: Vec<Vec<String>> = views
         .iter()
@@ -98,6 +118,9 @@ pub async fn jobs(context: Context, args: JobsArgs) -> anyhow::Result<()> {
             &rows
         )
     );
+    if let Some(next) = next {
+        eprintln!("next page: --after {next}");
+    }
     Ok(())
 }
 

@@ -332,7 +332,9 @@ impl Queue {
         self.inner.store.get(id).await
     }
 
-    /// Jobs matching the filter (default limit 100).
+    /// Jobs matching the filter (default limit 100), oldest first or
+    /// newest first; pass [`JobCursor::next_page`](crate::JobCursor::next_page) of a page as the
+    /// filter's `after` for the next one.
     ///
     /// # Errors
     /// The store failed.

@@ -398,7 +398,10 @@ pub trait JobStore: Send + Sync + 'static {
     /// The database failed.
     async fn get(&self, id: &str) -> Result<Option<Job>, StoreError>;
 
-    /// Jobs matching a filter, oldest first, default limit 100.
+    /// Jobs matching a filter in (`created_at`, `id`) order, oldest first
+    /// (newest with `newest_first`), after the filter's cursor, then its
+    /// offset; default limit 100. Each page reads only its own rows from
+    /// an index, however deep it is, when paged by cursor.
     ///
     /// # Errors
     /// The database failed.
@@ -422,7 +425,8 @@ pub trait JobStore: Send + Sync + 'static {
     /// with a fresh budget: `attempts` is kept (so attempt numbers, the
     /// history and the completion fence never repeat) and `max_attempts`
     /// grows by its own value (capped at `i32::MAX`). Without
-    /// limit/offset: every match.
+    /// limit/offset: every match, oldest first; the filter's cursor and
+    /// order are ignored.
     ///
     /// # Errors
     /// The database failed.

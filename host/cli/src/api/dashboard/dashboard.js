@@ -123,18 +123,21 @@ function route() {
       view: 'jobs',
       status: params.get('status') || '',
       type: params.get('type') || '',
-      offset: Math.max(0, parseInt(params.get('offset') || '0', 10) || 0),
+      after: params.get('after') || '',
     };
   }
   if (name === 'handlers') return { view: 'handlers' };
   return { view: 'overview' };
 }
 
-function jobsHash(status, type, offset) {
+// The jobs list pages by cursor: `after` is the `cursor` of the last job of
+// the page before. The cursors of the pages before the shown one are kept
+// (for Previous) while the filter stays the same.
+function jobsHash(status, type, after) {
   const params = new URLSearchParams();
   if (status) params.set('status', status);
   if (type) params.set('type', type);
-  if (offset) params.set('offset', String(offset));
+  if (after) params.set('after', after);
   const query = params.toString();
   return '#jobs' + (query ? '?' + query : '');
 }
@@ -153,11 +156,11 @@ function show(view) {
 async function renderOverview() {
   const [counts, types] = await Promise.all([get('/counts'), get('/counts/types')]);
   $('counts').replaceChildren(...STATUSES.map((status) =>
-    el('a', { className: 'count status-' + status, id: 'count-' + status, href: jobsHash(status, '', 0) }, [
+    el('a', { className: 'count status-' + status, id: 'count-' + status, href: jobsHash(status, '', '') }, [
       el('b', { text: counts[status] ?? 0 }), status,
     ])));
   fill($('types').tBodies[0], types.map((t) => row([
-    el('a', { href: jobsHash('', t.job_type, 0), text: t.job_type }),
+    el('a', { href: jobsHash('', t.job_type, ''), text: t.job_type }),
     number(t.due), number(t.scheduled), number(t.running),
   ])), $('types-empty'));
   const pools = counts.pools || [];
@@ -168,6 +171,8 @@ async function renderOverview() {
 }
 
 let lastFilterShown = null;
+let pagesBefore = [];
+let nextCursor = '';
 
 async function renderJobs(r) {
   const shown = r.status + '\u0000' + r.type;
@@ -175,8 +180,11 @@ async function renderJobs(r) {
     $('filter-status').value = r.status;
     $('filter-type').value = r.type;
     lastFilterShown = shown;
+    pagesBefore = [];
   }
-  const params = new URLSearchParams({ limit: String(PAGE_SIZE), offset: String(r.offset) });
+  if (!r.after) pagesBefore = [];
+  const params = new URLSearchParams({ limit: String(PAGE_SIZE) });
+  if (r.after) params.set('after', r.after);
   if (r.status) params.set('status', r.status);
   if (r.type) params.set('type', r.type);
   const jobs = await get('/jobs?' + params.toString());
@@ -190,9 +198,13 @@ async function renderJobs(r) {
     tr.dataset.type = j.job_type;
     return tr;
   }), $('jobs-empty'));
-  $('page-prev').disabled = r.offset === 0;
-  $('page-next').disabled = jobs.length < PAGE_SIZE;
-  $('page-info').textContent = jobs.length ? 'rows ' + (r.offset + 1) + '–' + (r.offset + jobs.length) : '';
+  nextCursor = jobs.length === PAGE_SIZE ? jobs[jobs.length - 1].cursor : '';
+  const first = pagesBefore.length * PAGE_SIZE;
+  $('page-prev').disabled = !r.after;
+  $('page-next').disabled = !nextCursor;
+  $('page-info').textContent = jobs.length
+    ? (r.after && !pagesBefore.length ? 'rows after the cursor: ' + jobs.length : 'rows ' + (first + 1) + '–' + (first + jobs.length))
+    : '';
 }
 
 async function renderHandlers() {
@@ -354,18 +366,20 @@ function guarded(action) {
 function wire() {
   $('filters').addEventListener('submit', (event) => {
     event.preventDefault();
-    location.hash = jobsHash($('filter-status').value, $('filter-type').value.trim(), 0);
+    location.hash = jobsHash($('filter-status').value, $('filter-type').value.trim(), '');
   });
   $('filter-status').addEventListener('change', () => {
-    location.hash = jobsHash($('filter-status').value, $('filter-type').value.trim(), 0);
+    location.hash = jobsHash($('filter-status').value, $('filter-type').value.trim(), '');
   });
   $('page-prev').addEventListener('click', () => {
     const r = route();
-    location.hash = jobsHash(r.status, r.type, Math.max(0, r.offset - PAGE_SIZE));
+    location.hash = jobsHash(r.status, r.type, pagesBefore.pop() || '');
   });
   $('page-next').addEventListener('click', () => {
     const r = route();
-    location.hash = jobsHash(r.status, r.type, r.offset + PAGE_SIZE);
+    if (!nextCursor) return;
+    pagesBefore.push(r.after);
+    location.hash = jobsHash(r.status, r.type, nextCursor);
   });
   $('bulk-retry').addEventListener('click', guarded(async () => {
     $('bulk-result').hidden = true;

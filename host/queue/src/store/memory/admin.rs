@@ -1,4 +1,5 @@
-//! Administration on the memory store: find, cancel (with unfinished
+//! Administration on the memory store: find (in (`created_at`, `id`)
+//! order, like the SQL stores), cancel (with unfinished
 //! descendants), retry failed jobs, prune — each under the state mutex.
 
 use super::history::Ending;
@@ -36,9 +37,23 @@ fn targeted(job: &Job, target: &CancelTarget) -> bool {
 
 pub(super) async fn find(store: &MemoryStore, f: &JobFilter) -> Vec<Job> {
     let st = store.state.lock().await;
-    st.jobs
+    let key = |j: &Job| (j.created_at, j.id.clone());
+    let after = f.after.as_ref().map(|c| (c.created_at, c.id.clone()));
+    let mut hits: Vec<&Job> = st
+        .jobs
         .values()
         .filter(|j| matches(j, f))
+        .filter(|j| match &after {
+            None => true,
+            Some(a) if f.newest_first => key(j) < *a,
+            Some(a) => key(j) > *a,
+        })
+        .collect();
+    hits.sort_by_key(|j| key(j));
+    if f.newest_first {
+        hits.reverse();
+    }
+    hits.into_iter()
         .skip(f.offset.unwrap_or(0) as usize)
         .take(f.limit.unwrap_or(JobFilter::DEFAULT_LIMIT) as usize)
         .cloned()

@@ -16,8 +16,8 @@ use super::PostgresStore;
 use crate::attempt::AttemptOutcome;
 use crate::job::{Job, JobFilter, JobStatus, StatusCounts, TypeCounts};
 use crate::store::sql::{
-    cancelled_from_row, job_from_row, jobs_from_rows, live_type_counts, status_counts, JOB_COLS,
-    LIVE,
+    cancelled_from_row, job_from_row, jobs_from_rows, live_type_counts, page_query, status_counts,
+    PageBind, LIVE,
 };
 use crate::store::{
     CancelParams, CancelTarget, CancelledJob, ClaimRef, PruneParams, StoreError, StoreEvent,
@@ -77,20 +77,16 @@ pub(super) async fn get(store: &PostgresStore, id: &str) -> Result<Option<Job>, 
 }
 
 pub(super) async fn find(store: &PostgresStore, f: &JobFilter) -> Result<Vec<Job>, StoreError> {
-    let mut n = 0;
-    let w = filter_sql(f, &mut n);
-    let sql = format!(
-        "SELECT {cols} FROM {} WHERE {w} ORDER BY created_at, id LIMIT ${} OFFSET ${}",
-        store.sql.jobs,
-        n + 1,
-        n + 2,
-        cols = *JOB_COLS
-    );
-    let rows = bind_filter(sqlx::query(&sql), f)
-        .bind(i64::from(f.limit.unwrap_or(JobFilter::DEFAULT_LIMIT)))
-        .bind(i64::from(f.offset.unwrap_or(0)))
-        .fetch_all(&store.pool)
-        .await?;
+    let page = page_query(&store.sql.jobs, f);
+    let mut q = sqlx::query(&page.sql);
+    for b in page.binds {
+        q = match b {
+            PageBind::Text(t) => q.bind(t),
+            PageBind::Time(t) => q.bind(t),
+            PageBind::Int(n) => q.bind(n),
+        };
+    }
+    let rows = q.fetch_all(&store.pool).await?;
     jobs_from_rows(&rows)
 }
 

@@ -20,6 +20,7 @@
 mod deployed_types;
 mod dialect;
 mod history;
+mod page;
 mod statements;
 mod transitions;
 
@@ -28,6 +29,7 @@ pub(super) use dialect::Dialect;
 pub(super) use history::{
     attempt_from_row, endings_json, log_from_row, logs_json, Ending as SqlEnding,
 };
+pub(super) use page::{page_query, Bind as PageBind};
 
 use std::str::FromStr;
 use std::sync::LazyLock;

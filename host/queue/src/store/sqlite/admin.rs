@@ -15,8 +15,8 @@ use super::{history, SqliteStore};
 use crate::attempt::AttemptOutcome;
 use crate::job::{Job, JobFilter, JobStatus, StatusCounts, TypeCounts};
 use crate::store::sql::{
-    cancelled_from_row, job_from_row, jobs_from_rows, live_type_counts, status_counts, SqlEnding,
-    JOB_COLS, LIVE,
+    cancelled_from_row, job_from_row, jobs_from_rows, live_type_counts, page_query, status_counts,
+    PageBind, SqlEnding, LIVE,
 };
 use crate::store::{
     CancelParams, CancelTarget, CancelledJob, ClaimRef, PruneParams, StoreError, StoreEvent,
@@ -55,21 +55,16 @@ pub(super) async fn get(store: &SqliteStore, id: &str) -> Result<Option<Job>, St
 }
 
 pub(super) async fn find(store: &SqliteStore, f: &JobFilter) -> Result<Vec<Job>, StoreError> {
-    let mut binds = Vec::new();
-    let w = filter_sql(f, &mut binds);
-    let sql = format!(
-        "SELECT {cols} FROM boxcar_jobs WHERE {w} ORDER BY created_at, id LIMIT ? OFFSET ?",
-        cols = *JOB_COLS
-    );
-    let mut q = sqlx::query(&sql);
-    for b in binds {
-        q = q.bind(b);
+    let page = page_query(&store.sql.jobs, f);
+    let mut q = sqlx::query(&page.sql);
+    for b in page.binds {
+        q = match b {
+            PageBind::Text(t) => q.bind(t),
+            PageBind::Time(t) => q.bind(ms(t)),
+            PageBind::Int(n) => q.bind(n),
+        };
     }
-    let rows = q
-        .bind(i64::from(f.limit.unwrap_or(JobFilter::DEFAULT_LIMIT)))
-        .bind(i64::from(f.offset.unwrap_or(0)))
-        .fetch_all(&store.pool)
-        .await?;
+    let rows = q.fetch_all(&store.pool).await?;
     jobs_from_rows(&rows)
 }
 

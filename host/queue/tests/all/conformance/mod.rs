@@ -21,6 +21,7 @@ mod history;
 mod lease;
 mod live_counts;
 mod outcome;
+mod paging;
 mod time;
 
 const W1: &str = "worker-1";
