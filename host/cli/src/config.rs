@@ -76,6 +76,7 @@ struct RawWorker {
     shutdown_grace: Option<HumanDuration>,
     default_max_attempts: Option<i64>,
     starvation_polls: Option<i64>,
+    claim_ahead: Option<HumanDuration>,
 }
 
 #[derive(Deserialize, Default)]
@@ -191,6 +192,7 @@ impl Config {
             opts.lease_grace = duration(w.lease_grace, defaults.lease_grace);
             opts.abandon_grace = duration(w.abandon_grace, defaults.abandon_grace);
             opts.shutdown_grace = duration(w.shutdown_grace, defaults.shutdown_grace);
+            opts.claim_ahead = duration(w.claim_ahead, defaults.claim_ahead);
             opts.starvation_polls = positive_u32("worker.starvation_polls", w.starvation_polls)
                 .map_err(invalid)?
                 .unwrap_or(defaults.starvation_polls);

@@ -7,6 +7,8 @@
 //! `BOXCAR_BENCH_GUARDED=1` adds `drain-guarded` (100 scopes with
 //! `serialize_by_scope`, all jobs in one pool). `BOXCAR_BENCH_TYPES=N`
 //! adds `types` (one busy type drains with N types registered).
+//! `BOXCAR_BENCH_CONCURRENCY=C` sets the drains' concurrency (default 16);
+//! `BOXCAR_BENCH_DRAIN_ONLY=1` skips the latency runs.
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -43,6 +45,9 @@ async fn run(store: Arc<dyn JobStore>, producer: Option<Arc<dyn JobStore>>, cfg:
             Err(e) => eprintln!("types on {} failed: {e}", store.backend()),
         }
     }
+    if std::env::var("BOXCAR_BENCH_DRAIN_ONLY").is_ok() {
+        return;
+    }
     match latency(store.clone(), h.clone(), cfg).await {
         Ok(r) => println!("{}", r.to_json_line()),
         Err(e) => eprintln!("latency on {} failed: {e}", store.backend()),
@@ -60,7 +65,13 @@ async fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
-    let cfg = BenchConfig::default();
+    let mut cfg = BenchConfig::default();
+    if let Some(c) = std::env::var("BOXCAR_BENCH_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.drain_concurrency = c;
+    }
     let stores = std::env::var("BOXCAR_BENCH_STORES").unwrap_or_else(|_| "sqlite,postgres".into());
     if stores.contains("sqlite") {
         let dir = tempfile::tempdir().unwrap();

@@ -5,7 +5,9 @@
 //! p99_ms, rust_backtrace` (a figure a workload does not measure is
 //! `null`; `rust_backtrace` is the variable's value, `null` when unset,
 //! since a set variable can cost the host); the `types` workload adds
-//! `types, work_per_s_1_type, idle_cpu_pct`.
+//! `types, work_per_s_1_type, idle_cpu_pct`; the drains add `claim_calls,
+//! complete_calls, store_seconds` (the worker's store round trips, and
+//! the seconds spent in claims and in completions).
 //!
 //! - **drain**: enqueue `drain_jobs` in batches of `batch_size` and
 //!   `single_jobs` one by one, then one worker at concurrency `drain_concurrency`
@@ -36,6 +38,7 @@ use tokio::sync::Notify;
 
 use crate::handler::{Handler, JobContext, JobRun, Outcome};
 use crate::job::{JobFilter, JobStatus, NewJob};
+use crate::metrics::StoreOp;
 use crate::observer::{LifecycleEvent, LifecycleObserver, LifecycleOutcome};
 use crate::options::{QueueOptions, WorkerOptions};
 use crate::queue::{Queue, QueueError};
@@ -122,6 +125,15 @@ pub struct BenchResult {
     /// registered, in percent of one core.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_cpu_pct: Option<f64>,
+    /// `drain` workloads: the worker's claim round trips.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claim_calls: Option<u64>,
+    /// `drain` workloads: the worker's completion-batch round trips.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub complete_calls: Option<u64>,
+    /// `drain` workloads: seconds spent in those claims and completions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_seconds: Option<[f64; 2]>,
 }
 
 /// `RUST_BACKTRACE` as this process sees it.
@@ -355,6 +367,10 @@ async fn drain_with(
     let elapsed = t2.elapsed().as_secs_f64();
     worker.shutdown().await;
     res?;
+    let latency = queue.metrics().store_latency();
+    let of = |op: StoreOp| latency.iter().find(|(o, _)| *o == op).map(|(_, h)| h);
+    let calls = |op: StoreOp| of(op).map(|h| h.count);
+    let seconds = |op: StoreOp| of(op).map_or(0.0, |h| (h.sum_seconds * 1000.0).round() / 1000.0);
     Ok(BenchResult {
         system: cfg.system.clone(),
         store: store.backend().to_string(),
@@ -371,6 +387,9 @@ async fn drain_with(
         types: None,
         work_per_s_1_type: None,
         idle_cpu_pct: None,
+        claim_calls: calls(StoreOp::Claim),
+        complete_calls: calls(StoreOp::Complete),
+        store_seconds: Some([seconds(StoreOp::Claim), seconds(StoreOp::Complete)]),
     })
 }
 
@@ -465,5 +484,8 @@ async fn latency_with_producer(
         types: None,
         work_per_s_1_type: None,
         idle_cpu_pct: None,
+        claim_calls: None,
+        complete_calls: None,
+        store_seconds: None,
     })
 }

@@ -26,6 +26,11 @@ pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
 /// Default number of consecutive blocked polls before a starvation warning.
 pub const DEFAULT_STARVATION_POLLS: u32 = 20;
+/// Default claim-ahead horizon.
+pub const DEFAULT_CLAIM_AHEAD: Duration = Duration::from_millis(20);
+/// Longest claim-ahead horizon accepted: a buffered job's lease is not
+/// renewed, so it must start well within the shortest default lease.
+pub const MAX_CLAIM_AHEAD: Duration = Duration::from_secs(1);
 
 /// An option is out of range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -133,6 +138,11 @@ pub struct WorkerOptions {
     pub starvation_polls: u32,
     /// Opt-in retention sweeper.
     pub retention: Option<RetentionPolicy>,
+    /// Claim-ahead horizon: an unguarded type whose runs are short claims
+    /// as many jobs beyond its free slots as those slots are expected to
+    /// start within this time (at most 7 per slot), so claims come in
+    /// larger batches. Zero turns it off.
+    pub claim_ahead: Duration,
 }
 
 impl Default for WorkerOptions {
@@ -147,6 +157,7 @@ impl Default for WorkerOptions {
             shutdown_grace: DEFAULT_SHUTDOWN_GRACE,
             starvation_polls: DEFAULT_STARVATION_POLLS,
             retention: None,
+            claim_ahead: DEFAULT_CLAIM_AHEAD,
         }
     }
 }
@@ -181,6 +192,7 @@ impl WorkerOptions {
             ("lease_grace", self.lease_grace, MAX_GRACE),
             ("abandon_grace", self.abandon_grace, MAX_ABANDON_GRACE),
             ("shutdown_grace", self.shutdown_grace, MAX_GRACE),
+            ("claim_ahead", self.claim_ahead, MAX_CLAIM_AHEAD),
         ];
         for (option, value, max) in durations {
             at_most(value, max).map_err(|reason| err(option, reason))?;

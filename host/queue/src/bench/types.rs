@@ -131,6 +131,9 @@ pub async fn types(
         types: Some(types.types.max(1)),
         work_per_s_1_type: Some(alone.per_s.round()),
         idle_cpu_pct: among.idle_cpu_pct,
+        claim_calls: None,
+        complete_calls: None,
+        store_seconds: None,
     })
 }
 

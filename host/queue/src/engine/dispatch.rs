@@ -1,6 +1,8 @@
 //! The dispatcher: one loop per process that claims due jobs for the
 //! registered types that may have due work (the [`DueSet`]) up to each
-//! type's free concurrency, and spawns a run per claimed job.
+//! type's free concurrency — plus, for a short-running unguarded type, a
+//! bounded number ahead of its slots ([`claim_ahead`]) — and spawns a run
+//! per claimed job as its type's slots free, oldest claim first.
 //!
 //! Unguarded types are claimed together, in one store call for all of
 //! them (`JobStore::claim_many`); guarded types claim one by one through
@@ -34,6 +36,7 @@ use tokio::time::Instant;
 
 use tracing::Instrument;
 
+use super::claim_ahead::{self, Buffered, ClaimAhead};
 use super::due_set::DueSet;
 use super::{run, run_span, Engine};
 use crate::attempt::AttemptOutcome;
@@ -42,7 +45,7 @@ use crate::job::Job;
 use crate::metrics::StoreOp;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::registry::{HandlerEntry, HandlerSettings};
-use crate::store::{ClaimManyParams, ClaimParams, ClaimRef, StoreEvent, TypeClaim};
+use crate::store::{ClaimManyParams, ClaimParams, ClaimRef, ReleaseParams, StoreEvent, TypeClaim};
 
 const WARN_EVERY: Duration = Duration::from_secs(60);
 
@@ -104,12 +107,15 @@ fn report_expired(engine: &Arc<Engine>, expired: Vec<Job>) {
     }
 }
 
-/// Records that `job_type` was served this round and spawns its runs. A
-/// run whose claim's lease (counted from before the claim was sent) has run
-/// out by the time it starts is not started: another host may own the job.
+/// Records that `job_type` was served this round, queues the claimed jobs
+/// behind any of its jobs already waiting here, and starts as many as it
+/// has free slots. A run whose claim's lease (counted from before the claim
+/// was sent) has run out by the time it starts is not started: another host
+/// may own the job.
 fn start_runs(
     engine: &Arc<Engine>,
     rounds: &mut Rounds,
+    ahead: &mut ClaimAhead,
     entry: &Arc<HandlerEntry>,
     claimed: Vec<Job>,
     lease_deadline: Option<Instant>,
@@ -118,14 +124,75 @@ fn start_runs(
         return;
     }
     rounds.served.insert(entry.job_type.clone(), rounds.round);
-    engine.take_slots(&entry.job_type, claimed.len() as u32);
-    for job in claimed {
-        let handle = engine.queue.inflight().insert(&ClaimRef::of(&job));
-        let span = run_span::span(&job, &entry.version);
+    let inflight = engine.queue.inflight();
+    ahead.push(
+        &entry.job_type,
+        claimed.into_iter().map(|job| Buffered {
+            handle: inflight.insert(&ClaimRef::of(&job)),
+            job,
+            entry: entry.clone(),
+            lease_deadline,
+        }),
+    );
+    start_waiting(engine, ahead, &entry.job_type, entry.settings.concurrency);
+}
+
+/// Starts `job_type`'s waiting jobs, oldest claim first, in its free slots.
+fn start_waiting(engine: &Arc<Engine>, ahead: &mut ClaimAhead, job_type: &str, concurrency: u32) {
+    let free = concurrency.saturating_sub(engine.running_of(job_type));
+    let ready = ahead.take(job_type, free);
+    if ready.is_empty() {
+        return;
+    }
+    engine.take_slots(job_type, u32::try_from(ready.len()).unwrap_or(u32::MAX));
+    for b in ready {
+        let span = run_span::span(&b.job, &b.entry.version);
         engine.runs.spawn(
-            run::run_job(engine.clone(), entry.clone(), job, handle, lease_deadline)
+            run::run_job(engine.clone(), b.entry, b.job, b.handle, b.lease_deadline)
                 .instrument(span),
         );
+    }
+}
+
+/// Starts every type's waiting jobs in its free slots; a type no longer
+/// registered gives its waiting jobs back.
+async fn start_all_waiting(engine: &Arc<Engine>, ahead: &mut ClaimAhead) {
+    for job_type in ahead.types() {
+        match engine.registry.get(&job_type) {
+            Some(entry) => start_waiting(engine, ahead, &job_type, entry.settings.concurrency),
+            None => release_waiting(engine, ahead.take_type(&job_type)).await,
+        }
+    }
+}
+
+/// Gives waiting jobs back to the store (lease and attempt), as a shutdown
+/// does for aborted runs.
+async fn release_waiting(engine: &Engine, waiting: Vec<Buffered>) {
+    if waiting.is_empty() {
+        return;
+    }
+    let inflight = engine.queue.inflight();
+    let claims: Vec<ClaimRef> = waiting
+        .iter()
+        .map(|b| {
+            let claim = ClaimRef::of(&b.job);
+            inflight.remove(&claim);
+            claim
+        })
+        .collect();
+    let count = claims.len();
+    let params = ReleaseParams {
+        worker_id: engine.opts.worker_id.clone(),
+        claims,
+    };
+    let released = engine.store.release(params);
+    if let Err(e) = engine
+        .queue
+        .metrics()
+        .timed(StoreOp::Release, released)
+        .await
+    {
+        tracing::warn!(count, error = %e, "giving back jobs claimed ahead failed; they are recovered after their leases");
     }
 }
 
@@ -133,6 +200,7 @@ fn start_runs(
 async fn claim_guarded(
     engine: &Arc<Engine>,
     rounds: &mut Rounds,
+    ahead: &mut ClaimAhead,
     due: &mut DueSet,
     reserved: &mut HashSet<String>,
     entry: &Arc<HandlerEntry>,
@@ -173,7 +241,7 @@ async fn claim_guarded(
         }
         _ => st.polls = 0,
     }
-    start_runs(engine, rounds, entry, res.claimed, lease_deadline);
+    start_runs(engine, rounds, ahead, entry, res.claimed, lease_deadline);
     false
 }
 
@@ -182,6 +250,7 @@ async fn claim_guarded(
 async fn claim_unguarded(
     engine: &Arc<Engine>,
     rounds: &mut Rounds,
+    ahead: &mut ClaimAhead,
     due: &mut DueSet,
     batch: Vec<(TypeClaim, Arc<HandlerEntry>)>,
 ) -> bool {
@@ -211,15 +280,29 @@ async fn claim_unguarded(
         let jobs = by_type.remove(&claim.job_type).unwrap_or_default();
         let expired = taken.get(&claim.job_type).copied().unwrap_or(0);
         due.claimed(&claim.job_type, claim.limit, jobs.len() + expired, false);
-        start_runs(engine, rounds, &entry, jobs, sent.checked_add(claim.lease));
+        start_runs(
+            engine,
+            rounds,
+            ahead,
+            &entry,
+            jobs,
+            sent.checked_add(claim.lease),
+        );
     }
     false
 }
 
-/// Claims once for every type of the due-set with free slots; returns
-/// whether the store failed.
-async fn claim_round(engine: &Arc<Engine>, rounds: &mut Rounds, due: &mut DueSet) -> bool {
+/// Starts waiting jobs, then claims once for every type of the due-set
+/// with room (free slots, or room ahead of them); returns whether the
+/// store failed.
+async fn claim_round(
+    engine: &Arc<Engine>,
+    rounds: &mut Rounds,
+    ahead: &mut ClaimAhead,
+    due: &mut DueSet,
+) -> bool {
     rounds.round += 1;
+    start_all_waiting(engine, ahead).await;
     let types = rounds.order(due.types());
     let mut reserved: HashSet<String> = HashSet::new();
     let mut unguarded: Vec<(TypeClaim, Arc<HandlerEntry>)> = Vec::new();
@@ -232,40 +315,45 @@ async fn claim_round(engine: &Arc<Engine>, rounds: &mut Rounds, due: &mut DueSet
             due.forget(&job_type);
             continue;
         };
-        let free = entry
-            .settings
-            .concurrency
-            .saturating_sub(engine.running_of(&job_type));
-        if free == 0 {
-            continue;
-        }
-        let lease = lease_for(&entry.settings, engine.opts.lease_grace);
+        let concurrency = entry.settings.concurrency;
+        let running = engine.running_of(&job_type);
         let guards = engine.registry.guards_for(&job_type);
         if guards.is_empty() {
+            let room_ahead = claim_ahead::ahead_for(
+                &entry.settings,
+                engine.average_run_of(&job_type),
+                engine.opts.claim_ahead,
+            );
+            let waiting = ahead.buffered(&job_type);
+            let limit = claim_ahead::claim_size(concurrency, running, waiting, room_ahead);
+            if limit == 0 {
+                continue;
+            }
             let claim = TypeClaim {
                 job_type,
-                limit: free,
-                lease,
+                limit,
+                lease: lease_for(&entry.settings, engine.opts.lease_grace),
                 handler_version: Some(entry.version.clone()),
             };
             unguarded.push((claim, entry));
             continue;
         }
-        if guards.pools.iter().any(|p| reserved.contains(&p.name)) {
+        let free = concurrency.saturating_sub(running);
+        if free == 0 || guards.pools.iter().any(|p| reserved.contains(&p.name)) {
             continue;
         }
         let params = ClaimParams {
             worker_id: engine.opts.worker_id.clone(),
             job_type,
             limit: free,
-            lease,
+            lease: lease_for(&entry.settings, engine.opts.lease_grace),
             handler_version: Some(entry.version.clone()),
             guards,
         };
-        failed |= claim_guarded(engine, rounds, due, &mut reserved, &entry, params).await;
+        failed |= claim_guarded(engine, rounds, ahead, due, &mut reserved, &entry, params).await;
     }
     if !unguarded.is_empty() && !engine.stop_claiming.is_cancelled() {
-        failed |= claim_unguarded(engine, rounds, due, unguarded).await;
+        failed |= claim_unguarded(engine, rounds, ahead, due, unguarded).await;
     }
     failed
 }
@@ -302,7 +390,15 @@ async fn refresh(engine: &Engine, due: &mut DueSet) -> bool {
     }
 }
 
+/// The dispatcher; when it stops, the jobs still waiting here are given
+/// back.
 pub(crate) async fn run(engine: Arc<Engine>) {
+    let mut ahead = ClaimAhead::default();
+    dispatch(&engine, &mut ahead).await;
+    release_waiting(&engine, ahead.take_all()).await;
+}
+
+async fn dispatch(engine: &Arc<Engine>, ahead: &mut ClaimAhead) {
     let mut events = engine.store.subscribe();
     let mut rounds = Rounds::default();
     let mut due = DueSet::new(engine.opts.poll_interval);
@@ -310,9 +406,9 @@ pub(crate) async fn run(engine: Arc<Engine>) {
         if engine.stop_claiming.is_cancelled() {
             break;
         }
-        take_woken(&engine, &mut due);
-        let mut failed = refresh(&engine, &mut due).await;
-        failed |= claim_round(&engine, &mut rounds, &mut due).await;
+        take_woken(engine, &mut due);
+        let mut failed = refresh(engine, &mut due).await;
+        failed |= claim_round(engine, &mut rounds, ahead, &mut due).await;
         let wake_at = if failed {
             Instant::now() + engine.opts.poll_interval
         } else {

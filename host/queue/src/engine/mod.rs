@@ -13,6 +13,7 @@
 //!   releases their leases (attempt given back).
 
 mod backoff;
+mod claim_ahead;
 mod completer;
 mod dispatch;
 mod due_set;
@@ -59,26 +60,48 @@ pub(crate) struct Engine {
     store: Arc<dyn JobStore>,
     registry: Arc<Registry>,
     opts: WorkerOptions,
-    running: Mutex<HashMap<String, u32>>,
+    running: Mutex<HashMap<String, TypeLoad>>,
     slot_freed: Notify,
     stop_claiming: CancellationToken,
     runs: TaskTracker,
     completions: mpsc::Sender<completer::Done>,
 }
 
+/// A type's runs in this process.
+#[derive(Default)]
+struct TypeLoad {
+    /// Slots taken.
+    running: u32,
+    /// Average duration of its finished runs (claim-ahead sizing).
+    average_run: Option<std::time::Duration>,
+}
+
 impl Engine {
     fn running_of(&self, job_type: &str) -> u32 {
-        self.running.lock().get(job_type).copied().unwrap_or(0)
+        self.running.lock().get(job_type).map_or(0, |l| l.running)
+    }
+
+    fn average_run_of(&self, job_type: &str) -> Option<std::time::Duration> {
+        self.running
+            .lock()
+            .get(job_type)
+            .and_then(|l| l.average_run)
     }
 
     fn take_slots(&self, job_type: &str, n: u32) {
-        *self.running.lock().entry(job_type.to_string()).or_insert(0) += n;
+        let mut load = self.running.lock();
+        let load = load.entry(job_type.to_string()).or_default();
+        load.running = load.running.saturating_add(n);
     }
 
-    /// Gives a local slot back and wakes the dispatcher.
-    fn free_slot(&self, job_type: &str) {
-        if let Some(n) = self.running.lock().get_mut(job_type) {
-            *n = n.saturating_sub(1);
+    /// Gives a local slot back (folding the run's duration, when it ran,
+    /// into the type's average) and wakes the dispatcher.
+    fn free_slot(&self, job_type: &str, ran: Option<std::time::Duration>) {
+        if let Some(load) = self.running.lock().get_mut(job_type) {
+            load.running = load.running.saturating_sub(1);
+            if let Some(ran) = ran {
+                load.average_run = Some(claim_ahead::average_with(load.average_run, ran));
+            }
         }
         self.slot_freed.notify_one();
     }

@@ -239,16 +239,21 @@ pub(crate) async fn run_job(
         engine
             .queue
             .emit(event(LifecycleOutcome::LeaseLost, None, None));
-        engine.free_slot(&job.job_type);
+        engine.free_slot(&job.job_type, None);
         return;
     }
-    engine
-        .queue
-        .metrics()
-        .started(&job.job_type, queue_wait(&job));
-    engine
-        .queue
-        .emit(event(LifecycleOutcome::Started, None, None));
+    // A job claimed ahead may have been cancelled, or its lease found lost,
+    // while it waited for a slot: its handler is then never called.
+    let aborted_before_start = handle.reason().is_some();
+    if !aborted_before_start {
+        engine
+            .queue
+            .metrics()
+            .started(&job.job_type, queue_wait(&job));
+        engine
+            .queue
+            .emit(event(LifecycleOutcome::Started, None, None));
+    }
     let timeout = entry.settings.timeout;
     let run = job_run(&job, job.attempts, timeout);
     let record = Arc::new(RunRecord::new(job.id.clone(), job.attempts));
@@ -264,18 +269,22 @@ pub(crate) async fn run_job(
             rules: EnqueueRules::of(&job.job_type, &entry.settings),
         }),
     };
-    let fut = entry.handler.handle(run, ctx);
-    let deadline = time::instant_after(timeout);
-    let supervised = supervise(
-        &engine,
-        &entry,
-        &job,
-        &handle,
-        (fut, lease_deadline, &lease),
-        deadline,
-        &record,
-    )
-    .await;
+    let supervised = if aborted_before_start {
+        Outcome::Cancelled
+    } else {
+        let fut = entry.handler.handle(run, ctx);
+        let deadline = time::instant_after(timeout);
+        supervise(
+            &engine,
+            &entry,
+            &job,
+            &handle,
+            (fut, lease_deadline, &lease),
+            deadline,
+            &record,
+        )
+        .await
+    };
     let outcome = admit(supervised);
     engine.queue.inflight().remove(&claim);
     let duration = started.elapsed();
@@ -377,7 +386,8 @@ pub(crate) async fn run_job(
         .queue
         .metrics()
         .ended(&job.job_type, ended, Some(duration), overhead);
-    engine.free_slot(&job.job_type);
+    let ran = (!aborted_before_start).then_some(duration);
+    engine.free_slot(&job.job_type, ran);
 }
 
 /// What a handler is given to run `job` as `attempt`, due within `timeout`.

@@ -6,6 +6,7 @@ mod support;
 
 mod admin;
 mod boundary;
+mod claim_ahead;
 mod conformance;
 mod deployed;
 mod engine;

@@ -194,6 +194,24 @@ impl Dialect {
         }
     }
 
+    /// Joins each row `a` of a JSON batch ([`Dialect::json_rows`]) to its
+    /// job `j` (the caller's `WHERE` still says `j.id = a.id`), with the
+    /// batch as the outer loop and each job found by primary key: SQLite
+    /// keeps a `CROSS JOIN`'s order; Postgres may reorder one, so there the
+    /// job is a `LATERAL` subquery that `OFFSET 0` keeps from being pulled
+    /// up into a plain join.
+    pub(super) fn job_of_each_row(&self) -> String {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => format!("CROSS JOIN {} j", self.jobs),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => format!(
+                "CROSS JOIN LATERAL (SELECT * FROM {} WHERE id = a.id OFFSET 0) j",
+                self.jobs
+            ),
+        }
+    }
+
     /// The instant `expr` milliseconds after the epoch.
     pub(super) fn time_from_ms(&self, expr: &str) -> String {
         match self.backend {

@@ -169,11 +169,12 @@ impl Dialect {
     /// Records the attempts of the JSON endings `$1` ([`endings_json`]) of
     /// jobs still running (under worker `$2`'s lease when `$2` is not
     /// null, and at the ending's claim attempt when it names one), from
-    /// their job rows, finished now. The endings drive the join (`CROSS
-    /// JOIN` fixes SQLite's join order): each finds its job by primary key.
-    /// Joined the other way, SQLite's planner walked every running job and
-    /// re-read the whole JSON batch for each, which cost more than half the
-    /// drain rate.
+    /// their job rows, finished now. The endings drive the join
+    /// ([`Dialect::job_of_each_row`]): each finds its job by primary key.
+    /// Joined the other way, both planners walked every running job and
+    /// re-read the whole JSON batch for each: on SQLite that cost more than
+    /// half the drain rate; on Postgres a 500-job batch took 50 ms instead
+    /// of 5.
     pub(in crate::store) fn record_attempts(&self) -> String {
         self.record_attempts_at(1)
     }
@@ -189,14 +190,14 @@ impl Dialect {
                error, error_code, error_details, {}) \
              SELECT j.id, j.attempts, j.lease_owner, j.handler_version, j.started_at, {}, \
                a.outcome, a.error, a.error_code, a.error_details, {figures} \
-             FROM {} CROSS JOIN {} j \
+             FROM {} {} \
              WHERE j.id = a.id AND j.status = 'running' AND ({} IS NULL OR j.lease_owner = ${worker}) \
                AND (a.claim_attempt IS NULL OR j.attempts = a.claim_attempt)",
             self.attempts,
             FIGURES.join(", "),
             self.now(first + 2),
             self.json_rows(first, &ENDING_FIELDS),
-            self.jobs,
+            self.job_of_each_row(),
             self.text_param(worker),
         )
     }
