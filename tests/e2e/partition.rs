@@ -25,13 +25,15 @@ use crate::{
     private_postgres::PrivatePostgres,
 };
 
-/// The job's lease: renewed every third of it, so a run shorter than
-/// `LEASE / 3` ends before its first renewal.
-const LEASE: Duration = Duration::from_millis(4500);
-/// How long the job runs.
-const RUN: Duration = Duration::from_millis(1000);
+/// The job's lease. It is renewed every third of it (2 s), and A's run
+/// must end before its first renewal: a renewal sent over the cut link
+/// stalls the run until the link is back, when the lease is long gone and
+/// the run is stopped instead of completed.
+const LEASE: Duration = Duration::from_millis(6000);
+/// How long the job runs: 0.8 s short of the first renewal.
+const RUN: Duration = Duration::from_millis(1200);
 /// When A's link is cut, counted from A's run start (seen in the journal):
-/// while the run still goes on, well before it ends.
+/// while the run still goes on, 0.9 s before it ends.
 const CUT_AFTER: Duration = Duration::from_millis(300);
 
 fn manifest(host: &str, journal: &Path) -> String {
