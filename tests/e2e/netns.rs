@@ -123,18 +123,21 @@ impl Network {
         ]
     }
 
-    /// Takes `host`'s end of its link down: every packet to or from it is
-    /// lost until [`restore`](Self::restore) (open connections are not
-    /// reset; they stall).
+    /// Takes the root namespace's end of `host`'s link down: the link
+    /// loses its carrier and every packet either way is dropped without an
+    /// answer until [`restore`](Self::restore). Open connections are not
+    /// reset and new ones get no reply: both stall, as across a real
+    /// partition (taking the host's own end down instead would make its
+    /// new connections fail at once for want of a route).
     pub fn cut(&self, host: &str) {
         let link = self.link(host);
-        ip(&["-n", &link.namespace, "link", "set", &link.ns_dev, "down"]).expect("cut the link");
+        ip(&["link", "set", &link.root_dev, "down"]).expect("cut the link");
     }
 
-    /// Brings `host`'s end of its link back up (its route comes back with it).
+    /// Brings the root namespace's end of `host`'s link back up.
     pub fn restore(&self, host: &str) {
         let link = self.link(host);
-        ip(&["-n", &link.namespace, "link", "set", &link.ns_dev, "up"]).expect("restore the link");
+        ip(&["link", "set", &link.root_dev, "up"]).expect("restore the link");
     }
 }
 
