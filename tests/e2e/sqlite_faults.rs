@@ -13,8 +13,9 @@
 //! writing, the producer's and any new connection of the host's, fails
 //! with `EROFS`), and, for the files the host already holds open, `strace`
 //! fault injection that fails each of the host's write, truncate and sync
-//! calls on the database, its `-wal` and `-shm` with `EROFS`. Lifting it
-//! detaches `strace` and unmounts the bind.
+//! calls on the database, its `-wal` and `-shm` with `EROFS` (stores into
+//! the `-shm` the host has already mapped are not system calls and still
+//! land). Lifting it detaches `strace` and unmounts the bind.
 
 use std::{
     path::{Path, PathBuf},
