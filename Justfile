@@ -31,7 +31,8 @@ guests:
 chaos:
     DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} cargo test --release -p boxcar --test e2e -- --ignored --nocapture chaos::chaos_long
 
-# Database faults: a private Postgres restarted and its backends killed,
-# SQLite on a full disk and under another process's lock.
+# Database faults: a private Postgres restarted and its backends killed, a
+# host cut off from it by a network partition, SQLite on a full disk, under
+# another process's lock and turned read-only (root; iproute2, strace).
 db-faults:
-    cargo test -p boxcar --test e2e -- --nocapture db_faults:: sqlite_faults::
+    cargo test -p boxcar --test e2e -- --nocapture db_faults:: partition:: sqlite_faults::

@@ -48,7 +48,20 @@ impl Env {
 
     /// A command with a cleared environment in the test directory.
     pub fn command(&self) -> Command {
-        let mut command = Command::new(BOXCAR);
+        self.command_via(&[])
+    }
+
+    /// As [`command`](Self::command), run through `wrapper` (a program and
+    /// its arguments that end by running the binary, e.g. `ip netns exec NS`).
+    pub fn command_via(&self, wrapper: &[String]) -> Command {
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut command = Command::new(program);
+                command.args(args).arg(BOXCAR);
+                command
+            }
+            None => Command::new(BOXCAR),
+        };
         command
             .env_clear()
             .env("HOME", self.dir.path())
@@ -92,6 +105,18 @@ impl Env {
 
     /// Starts `boxcar serve` on the handlers directory `handlers`.
     pub fn serve_handlers(&self, name: &str, handlers: &Path, extra: &[&str]) -> Serve {
+        self.serve_via(name, handlers, &[], extra)
+    }
+
+    /// Starts `boxcar serve` on `handlers` through `wrapper` (see
+    /// [`command_via`](Self::command_via)).
+    pub fn serve_via(
+        &self,
+        name: &str,
+        handlers: &Path,
+        wrapper: &[String],
+        extra: &[&str],
+    ) -> Serve {
         let log = self.path(&format!("{name}.log"));
         let file = std::fs::File::create(&log).expect("log file");
         let listen = format!("127.0.0.1:{}", free_port());
@@ -104,7 +129,7 @@ impl Env {
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
         let child = self
-            .command()
+            .command_via(wrapper)
             .args(&args)
             .stdout(file.try_clone().expect("clone log"))
             .stderr(file)

@@ -19,6 +19,8 @@ mod history;
 mod hostile;
 mod job_defaults;
 mod metrics;
+mod netns;
+mod partition;
 mod polyglot;
 mod pools;
 mod private_postgres;

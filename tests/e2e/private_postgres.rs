@@ -4,6 +4,10 @@
 //! server or killing its backends cannot disturb tests running beside them
 //! on the machine's shared server.
 //!
+//! [`PrivatePostgres::start_reachable`] also listens on given addresses of
+//! this machine and trusts clients of one subnet, for hosts that reach it
+//! from network namespaces of their own.
+//!
 //! Needs the Debian PostgreSQL server binaries and root (the server runs as
 //! the `postgres` user). Where either is missing the test is skipped with a
 //! printed reason, except with `CI=true`, where that is a failure.
@@ -22,12 +26,20 @@ pub struct PrivatePostgres {
     data: PathBuf,
     bin: PathBuf,
     pub port: u16,
+    /// `listen_addresses`, comma-separated.
+    listen: String,
 }
 
 impl PrivatePostgres {
     /// Initialises and starts a server, or `None` (with a printed reason)
     /// when this machine cannot run one and `CI` is not set.
     pub fn start() -> Option<Self> {
+        Self::start_reachable(&[], None)
+    }
+
+    /// As [`start`](Self::start), listening on `addresses` besides
+    /// 127.0.0.1 and trusting clients from `subnet` (CIDR), if given.
+    pub fn start_reachable(addresses: &[String], subnet: Option<&str>) -> Option<Self> {
         let Some(bin) = server_binaries() else {
             return skip("no PostgreSQL server binaries under /usr/lib/postgresql");
         };
@@ -43,6 +55,10 @@ impl PrivatePostgres {
             data,
             bin,
             port,
+            listen: std::iter::once("127.0.0.1".to_string())
+                .chain(addresses.iter().cloned())
+                .collect::<Vec<_>>()
+                .join(","),
         };
         server.as_postgres(
             "initdb",
@@ -56,13 +72,26 @@ impl PrivatePostgres {
                 "--no-sync",
             ],
         );
+        if let Some(subnet) = subnet {
+            use std::io::Write;
+            let mut hba = std::fs::OpenOptions::new()
+                .append(true)
+                .open(server.data.join("pg_hba.conf"))
+                .expect("open pg_hba.conf");
+            writeln!(hba, "host all all {subnet} trust").expect("write pg_hba.conf");
+        }
         server.ctl(&["start"]);
         Some(server)
     }
 
     /// A boxcar database URL for this server.
     pub fn url(&self) -> String {
-        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+        self.url_at("127.0.0.1")
+    }
+
+    /// A boxcar database URL for this server at `address` (one it listens on).
+    pub fn url_at(&self, address: &str) -> String {
+        format!("postgres://postgres@{address}:{}/postgres", self.port)
     }
 
     /// Restarts the server (fast mode: open connections are cut).
@@ -93,9 +122,10 @@ impl PrivatePostgres {
 
     fn ctl(&self, action: &[&str]) {
         let options = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "-p {} -k {} -c listen_addresses={} -c fsync=off",
             self.port,
-            path_str(self._dir.path())
+            path_str(self._dir.path()),
+            self.listen
         );
         let log = path_str(&self._dir.path().join("server.log"));
         let data = path_str(&self.data);
