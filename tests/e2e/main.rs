@@ -19,6 +19,7 @@ mod history;
 mod hostile;
 mod job_defaults;
 mod metrics;
+mod openapi;
 mod polyglot;
 mod pools;
 mod private_postgres;

@@ -587,3 +587,54 @@ async fn live_counts_per_type_and_a_payload_on_request() {
         call_raw(&app, Method::GET, "/jobs/nope/payload", None, Some(token)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
 }
+
+/// schemathesis sent `TRACE /counts` and got `415 json_required`: the
+/// browser rules ran before the method was matched. A method no route
+/// serves is a `405` naming the served ones, and a path no route serves a
+/// `404`, both with the JSON error body.
+#[tokio::test]
+async fn unserved_methods_and_paths_get_json_errors() {
+    let (app, _) = app(Some("0123456789abcdef0123")).await;
+    for (method, uri, allow) in [
+        ("TRACE", "/counts", "GET,HEAD"),
+        ("DELETE", "/jobs/x", "GET,HEAD"),
+        ("PUT", "/jobs", "GET,HEAD,POST"),
+        ("TRACE", "/healthz", "GET,HEAD"),
+    ] {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .expect("request");
+        let response = app.clone().oneshot(request).await.expect("response");
+        assert_eq!(
+            response.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {uri}"
+        );
+        let mut allowed: Vec<String> = response
+            .headers()
+            .get(header::ALLOW)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .split(',')
+            .map(|m| m.trim().to_string())
+            .collect();
+        allowed.sort();
+        assert_eq!(allowed.join(","), allow, "{method} {uri}");
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let body: Value = serde_json::from_slice(&bytes).expect("a JSON error");
+        assert_eq!(body["error"], "method_not_allowed", "{method} {uri}");
+    }
+    let (status, body) = call(&app, Method::GET, "/jobs/x/nothing", None).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("no_route")),
+        "{body}"
+    );
+}
