@@ -230,6 +230,7 @@ async fn get_job(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    let id = job_id(id)?;
     let Some(job) = state.queue.get(&id).await? else {
         return Err(ApiError::job_not_found(&id));
     };
@@ -313,6 +314,18 @@ async fn list_jobs(
         filter.scope =
             Some(parse_scope(&scope).map_err(|m| ApiError::bad_request("bad_query", m))?);
     }
+    let scope = filter.scope.iter();
+    let scope = scope.flat_map(|s| [s.scope_type.as_str(), s.scope_id.as_str()]);
+    filter_text(
+        "bad_query",
+        "the filter",
+        filter
+            .types
+            .iter()
+            .chain(filter.parent_id.iter())
+            .map(String::as_str)
+            .chain(scope),
+    )?;
     let jobs = state.queue.find(&filter).await?;
     Ok(Json(
         jobs.iter()
@@ -322,6 +335,32 @@ async fn list_jobs(
             })
             .collect(),
     ))
+}
+
+/// A job id from a path: one holding a NUL names no job (enqueue refuses
+/// control characters, and Postgres cannot even compare one), so it is a
+/// `404` before the store is asked.
+pub(super) fn job_id(id: String) -> Result<String, ApiError> {
+    if id.contains('\0') {
+        return Err(ApiError::job_not_found(&id.escape_default().to_string()));
+    }
+    Ok(id)
+}
+
+/// Text a filter or a cancel sends to the store: a NUL is refused with a
+/// `400` (`code`) rather than sent, for the same reasons.
+pub(super) fn filter_text<'a>(
+    code: &'static str,
+    field: &str,
+    texts: impl IntoIterator<Item = &'a str>,
+) -> Result<(), ApiError> {
+    if texts.into_iter().any(|t| t.contains('\0')) {
+        return Err(ApiError::bad_request(
+            code,
+            format!("{field} contains a NUL character, which the store cannot hold"),
+        ));
+    }
+    Ok(())
 }
 
 /// Parses `TYPE:ID` into a scope.
@@ -348,6 +387,7 @@ async fn wait_job(
     query: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<JobView>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
+    let id = job_id(id)?;
     let timeout = match query.timeout {
         None => Duration::from_secs(30),
         Some(text) => crate::units::parse_duration(&text)
@@ -377,7 +417,9 @@ async fn cancel_job(
     Path(id): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    let id = job_id(id)?;
     let request: CancelRequest = optional_body(&body)?;
+    filter_text("bad_json", "the reason", request.reason.as_deref())?;
     let reason = request
         .reason
         .unwrap_or_else(|| "cancelled via the API".into());
@@ -394,9 +436,15 @@ async fn cancel_scope(
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let request: CancelRequest = optional_body(&body)?;
+    filter_text("bad_json", "the reason", request.reason.as_deref())?;
     let reason = request
         .reason
         .unwrap_or_else(|| "cancelled via the API".into());
+    filter_text(
+        "bad_query",
+        "the scope",
+        [scope_type.as_str(), scope_id.as_str()],
+    )?;
     let scope = Scope::new(scope_type, scope_id);
     let cancelled = if request.pending_only {
         state.queue.cancel_pending_for_scope(scope, &reason).await?
@@ -412,6 +460,13 @@ async fn retry_failed(
 ) -> Result<Json<Value>, ApiError> {
     let request: RetryRequest = optional_body(&body)?;
     let filter = request.into_filter()?;
+    let scope = filter.scope.iter();
+    let scope = scope.flat_map(|s| [s.scope_type.as_str(), s.scope_id.as_str()]);
+    filter_text(
+        "bad_json",
+        "the filter",
+        filter.types.iter().map(String::as_str).chain(scope),
+    )?;
     let retried = state.queue.retry_failed(&filter).await?;
     Ok(Json(json!({"retried": retried})))
 }

@@ -638,3 +638,47 @@ async fn unserved_methods_and_paths_get_json_errors() {
         "{body}"
     );
 }
+
+/// schemathesis against a server on Postgres: a NUL in a filter
+/// (`POST /jobs/retry-failed {"types": ["\u0000"]}`, `GET /jobs?scope=a%00:b`)
+/// reached Postgres, which refused it, and the API answered `500`. Such
+/// text is now refused first (`400`), and a job id holding one is a `404`.
+#[tokio::test]
+async fn a_nul_in_a_filter_or_id_is_refused_before_the_store() {
+    let (app, _) = app(None).await;
+    for uri in ["/jobs?type=a%00", "/jobs?scope=a%00:b", "/jobs?parent=%00"] {
+        let (status, body) = call(&app, Method::GET, uri, None).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("bad_query")),
+            "{uri}: {body}"
+        );
+    }
+    for (uri, body) in [
+        ("/jobs/retry-failed", json!({"types": ["\u{0}"]})),
+        (
+            "/jobs/retry-failed",
+            json!({"scope": {"type": "a", "id": "\u{0}"}}),
+        ),
+        ("/scopes/a/b/cancel", json!({"reason": "\u{0}"})),
+    ] {
+        let (status, error) = call(&app, Method::POST, uri, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {error}");
+    }
+    let (status, _) = call(&app, Method::POST, "/scopes/a%00/b/cancel", Some(json!({}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    for uri in [
+        "/jobs/a%00",
+        "/jobs/a%00/wait?timeout=1ms",
+        "/jobs/a%00/attempts",
+        "/jobs/a%00/logs",
+        "/jobs/a%00/payload",
+    ] {
+        let (status, body) = call(&app, Method::GET, uri, None).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("not_found")),
+            "{uri}: {body}"
+        );
+    }
+}
