@@ -20,6 +20,7 @@ mod hostile;
 mod job_defaults;
 mod metrics;
 mod netns;
+mod openapi;
 mod partition;
 mod polyglot;
 mod pools;

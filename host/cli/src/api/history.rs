@@ -34,6 +34,7 @@ pub(super) async fn attempts(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Vec<AttemptView>>, ApiError> {
+    let id = super::job_id(id)?;
     let Some(attempts) = state.queue.attempts(&id).await? else {
         return Err(ApiError::job_not_found(&id));
     };
@@ -56,6 +57,7 @@ pub(super) async fn logs(
     query: Result<Query<LogsQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(q) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
+    let id = super::job_id(id)?;
     if state.queue.get(&id).await?.is_none() {
         return Err(ApiError::job_not_found(&id));
     }

@@ -3,8 +3,11 @@
 //!
 //! Invariants:
 //! - Bound to loopback unless configured; off loopback a bearer token is
-//!   required on every route but `/healthz` and the dashboard's static
-//!   assets, which hold no data (the server refuses to start without one).
+//!   required on every route but `/healthz`, `/openapi.json` and the
+//!   dashboard's static assets, which hold no data (the server refuses to
+//!   start without one).
+//! - `/openapi.json` describes exactly the routes of [`json_routes`]
+//!   (tested), and their answers (checked by schemathesis end to end).
 //! - Request bodies are size-limited; every error is `{error, message}`.
 //! - Browser rules ([`browser`]): on loopback the `Host` must be a loopback
 //!   name with the listening port (DNS rebinding); state-changing requests
@@ -16,6 +19,7 @@ mod dashboard;
 mod error;
 mod history;
 mod metrics;
+mod openapi;
 mod requests;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -25,7 +29,7 @@ use axum::{
     http::{header, StatusCode},
     middleware::{self, Next},
     response::{IntoResponse, Response},
-    routing::{get, post},
+    routing::{get, post, MethodRouter},
     Json, Router,
 };
 use boxcar_queue::{JobCursor, JobFilter, PoolStatus, Queue, Registry, Scheduler, Scope};
@@ -66,36 +70,98 @@ pub struct AppState {
     pub listen: Option<SocketAddr>,
 }
 
-/// Builds the router.
+/// Builds the router: every route comes from [`json_routes`] or
+/// [`asset_routes`], so the OpenAPI document can be checked against them.
+/// The browser rules and the token guard the methods a route serves: any
+/// other method is a `405` (naming the served ones in `Allow`), and a path
+/// no route serves a `404` — both with the usual JSON error body.
 pub fn router(state: AppState) -> Router {
-    let protected = Router::new()
-        .route("/jobs", post(enqueue).get(list_jobs))
-        .route("/jobs/retry-failed", post(retry_failed))
-        .route("/jobs/{id}", get(get_job))
-        .route("/jobs/{id}/wait", get(wait_job))
-        .route("/jobs/{id}/attempts", get(history::attempts))
-        .route("/jobs/{id}/logs", get(history::logs))
-        .route("/jobs/{id}/payload", get(dashboard::payload))
-        .route("/jobs/{id}/cancel", post(cancel_job))
-        .route("/scopes/{scope_type}/{scope_id}/cancel", post(cancel_scope))
-        .route("/counts", get(counts))
-        .route("/counts/types", get(dashboard::type_counts))
-        .route("/handlers", get(handlers))
-        .route("/schedules", get(schedules))
-        .route("/metrics", get(metrics_text))
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
-    Router::new()
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
-        .route("/", get(dashboard::page))
-        .route("/dashboard.js", get(dashboard::script))
-        .route("/dashboard.css", get(dashboard::style))
-        .merge(protected)
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            browser::enforce,
-        ))
+    let browser = middleware::from_fn_with_state(state.clone(), browser::enforce);
+    let token = middleware::from_fn_with_state(state.clone(), require_token);
+    let guarded = json_routes()
+        .into_iter()
+        .map(|(path, access, route)| match access {
+            Access::Public => (path, route),
+            Access::Token => (path, route.route_layer(token.clone())),
+        })
+        .chain(asset_routes());
+    guarded
+        .fold(Router::new(), |router, (path, route)| {
+            router.route(path, route.route_layer(browser.clone()))
+        })
+        .method_not_allowed_fallback(method_not_allowed)
+        .fallback(no_route)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
+}
+
+async fn method_not_allowed(method: axum::http::Method) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("this route does not serve {method}; the Allow header lists the methods it does"),
+    )
+}
+
+async fn no_route(uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "no_route",
+        format!(
+            "no route `{}`; /openapi.json lists the API's routes",
+            uri.path()
+        ),
+    )
+}
+
+/// Who may call a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    /// Anyone who reaches the server: the route holds no data.
+    Public,
+    /// With the bearer token, when one is configured.
+    Token,
+}
+
+/// The JSON routes (and `/metrics`), each path once with all its methods:
+/// exactly the paths of the OpenAPI document.
+fn json_routes() -> Vec<(&'static str, Access, MethodRouter<AppState>)> {
+    use Access::{Public, Token};
+    vec![
+        ("/healthz", Public, get(health)),
+        ("/openapi.json", Public, get(openapi::document)),
+        ("/jobs", Token, post(enqueue).get(list_jobs)),
+        ("/jobs/retry-failed", Token, post(retry_failed)),
+        ("/jobs/{id}", Token, get(get_job)),
+        ("/jobs/{id}/wait", Token, get(wait_job)),
+        ("/jobs/{id}/attempts", Token, get(history::attempts)),
+        ("/jobs/{id}/logs", Token, get(history::logs)),
+        ("/jobs/{id}/payload", Token, get(dashboard::payload)),
+        ("/jobs/{id}/cancel", Token, post(cancel_job)),
+        (
+            "/scopes/{scope_type}/{scope_id}/cancel",
+            Token,
+            post(cancel_scope),
+        ),
+        ("/counts", Token, get(counts)),
+        ("/counts/types", Token, get(dashboard::type_counts)),
+        ("/handlers", Token, get(handlers)),
+        ("/schedules", Token, get(schedules)),
+        ("/metrics", Token, get(metrics_text)),
+    ]
+}
+
+/// The dashboard's static assets: public, and not part of the JSON API.
+fn asset_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
+    vec![
+        ("/", get(dashboard::page)),
+        ("/dashboard.js", get(dashboard::script)),
+        ("/dashboard.css", get(dashboard::style)),
+    ]
+}
+
+async fn health() -> Json<Value> {
+    Json(json!({"status": "ok"}))
 }
 
 async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
@@ -164,6 +230,7 @@ async fn get_job(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    let id = job_id(id)?;
     let Some(job) = state.queue.get(&id).await? else {
         return Err(ApiError::job_not_found(&id));
     };
@@ -247,6 +314,18 @@ async fn list_jobs(
         filter.scope =
             Some(parse_scope(&scope).map_err(|m| ApiError::bad_request("bad_query", m))?);
     }
+    let scope = filter.scope.iter();
+    let scope = scope.flat_map(|s| [s.scope_type.as_str(), s.scope_id.as_str()]);
+    filter_text(
+        "bad_query",
+        "the filter",
+        filter
+            .types
+            .iter()
+            .chain(filter.parent_id.iter())
+            .map(String::as_str)
+            .chain(scope),
+    )?;
     let jobs = state.queue.find(&filter).await?;
     Ok(Json(
         jobs.iter()
@@ -256,6 +335,32 @@ async fn list_jobs(
             })
             .collect(),
     ))
+}
+
+/// A job id from a path: one holding a NUL names no job (enqueue refuses
+/// control characters, and Postgres cannot even compare one), so it is a
+/// `404` before the store is asked.
+pub(super) fn job_id(id: String) -> Result<String, ApiError> {
+    if id.contains('\0') {
+        return Err(ApiError::job_not_found(&id.escape_default().to_string()));
+    }
+    Ok(id)
+}
+
+/// Text a filter or a cancel sends to the store: a NUL is refused with a
+/// `400` (`code`) rather than sent, for the same reasons.
+pub(super) fn filter_text<'a>(
+    code: &'static str,
+    field: &str,
+    texts: impl IntoIterator<Item = &'a str>,
+) -> Result<(), ApiError> {
+    if texts.into_iter().any(|t| t.contains('\0')) {
+        return Err(ApiError::bad_request(
+            code,
+            format!("{field} contains a NUL character, which the store cannot hold"),
+        ));
+    }
+    Ok(())
 }
 
 /// Parses `TYPE:ID` into a scope.
@@ -282,6 +387,7 @@ async fn wait_job(
     query: Result<Query<WaitQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<JobView>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
+    let id = job_id(id)?;
     let timeout = match query.timeout {
         None => Duration::from_secs(30),
         Some(text) => crate::units::parse_duration(&text)
@@ -311,7 +417,9 @@ async fn cancel_job(
     Path(id): Path<String>,
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    let id = job_id(id)?;
     let request: CancelRequest = optional_body(&body)?;
+    filter_text("bad_json", "the reason", request.reason.as_deref())?;
     let reason = request
         .reason
         .unwrap_or_else(|| "cancelled via the API".into());
@@ -328,9 +436,15 @@ async fn cancel_scope(
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let request: CancelRequest = optional_body(&body)?;
+    filter_text("bad_json", "the reason", request.reason.as_deref())?;
     let reason = request
         .reason
         .unwrap_or_else(|| "cancelled via the API".into());
+    filter_text(
+        "bad_query",
+        "the scope",
+        [scope_type.as_str(), scope_id.as_str()],
+    )?;
     let scope = Scope::new(scope_type, scope_id);
     let cancelled = if request.pending_only {
         state.queue.cancel_pending_for_scope(scope, &reason).await?
@@ -346,6 +460,13 @@ async fn retry_failed(
 ) -> Result<Json<Value>, ApiError> {
     let request: RetryRequest = optional_body(&body)?;
     let filter = request.into_filter()?;
+    let scope = filter.scope.iter();
+    let scope = scope.flat_map(|s| [s.scope_type.as_str(), s.scope_id.as_str()]);
+    filter_text(
+        "bad_json",
+        "the filter",
+        filter.types.iter().map(String::as_str).chain(scope),
+    )?;
     let retried = state.queue.retry_failed(&filter).await?;
     Ok(Json(json!({"retried": retried})))
 }
@@ -401,5 +522,7 @@ async fn metrics_text(State(state): State<AppState>) -> Result<Response, ApiErro
 mod browser_tests;
 #[cfg(test)]
 mod list_tests;
+#[cfg(test)]
+mod openapi_tests;
 #[cfg(test)]
 mod tests;

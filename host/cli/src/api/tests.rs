@@ -587,3 +587,98 @@ async fn live_counts_per_type_and_a_payload_on_request() {
         call_raw(&app, Method::GET, "/jobs/nope/payload", None, Some(token)).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{error}");
 }
+
+/// schemathesis sent `TRACE /counts` and got `415 json_required`: the
+/// browser rules ran before the method was matched. A method no route
+/// serves is a `405` naming the served ones, and a path no route serves a
+/// `404`, both with the JSON error body.
+#[tokio::test]
+async fn unserved_methods_and_paths_get_json_errors() {
+    let (app, _) = app(Some("0123456789abcdef0123")).await;
+    for (method, uri, allow) in [
+        ("TRACE", "/counts", "GET,HEAD"),
+        ("DELETE", "/jobs/x", "GET,HEAD"),
+        ("PUT", "/jobs", "GET,HEAD,POST"),
+        ("TRACE", "/healthz", "GET,HEAD"),
+    ] {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(Body::empty())
+            .expect("request");
+        let response = app.clone().oneshot(request).await.expect("response");
+        assert_eq!(
+            response.status(),
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method} {uri}"
+        );
+        let mut allowed: Vec<String> = response
+            .headers()
+            .get(header::ALLOW)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .split(',')
+            .map(|m| m.trim().to_string())
+            .collect();
+        allowed.sort();
+        assert_eq!(allowed.join(","), allow, "{method} {uri}");
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes();
+        let body: Value = serde_json::from_slice(&bytes).expect("a JSON error");
+        assert_eq!(body["error"], "method_not_allowed", "{method} {uri}");
+    }
+    let (status, body) = call(&app, Method::GET, "/jobs/x/nothing", None).await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("no_route")),
+        "{body}"
+    );
+}
+
+/// schemathesis against a server on Postgres: a NUL in a filter
+/// (`POST /jobs/retry-failed {"types": ["\u0000"]}`, `GET /jobs?scope=a%00:b`)
+/// reached Postgres, which refused it, and the API answered `500`. Such
+/// text is now refused first (`400`), and a job id holding one is a `404`.
+#[tokio::test]
+async fn a_nul_in_a_filter_or_id_is_refused_before_the_store() {
+    let (app, _) = app(None).await;
+    for uri in ["/jobs?type=a%00", "/jobs?scope=a%00:b", "/jobs?parent=%00"] {
+        let (status, body) = call(&app, Method::GET, uri, None).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (StatusCode::BAD_REQUEST, Some("bad_query")),
+            "{uri}: {body}"
+        );
+    }
+    for (uri, body) in [
+        ("/jobs/retry-failed", json!({"types": ["\u{0}"]})),
+        (
+            "/jobs/retry-failed",
+            json!({"scope": {"type": "a", "id": "\u{0}"}}),
+        ),
+        ("/scopes/a/b/cancel", json!({"reason": "\u{0}"})),
+    ] {
+        let (status, error) = call(&app, Method::POST, uri, Some(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}: {error}");
+    }
+    let (status, _) = call(&app, Method::POST, "/scopes/a%00/b/cancel", Some(json!({}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    for uri in [
+        "/jobs/a%00",
+        "/jobs/a%00/wait?timeout=1ms",
+        "/jobs/a%00/attempts",
+        "/jobs/a%00/logs",
+        "/jobs/a%00/payload",
+    ] {
+        let (status, body) = call(&app, Method::GET, uri, None).await;
+        assert_eq!(
+            (status, body["error"].as_str()),
+            (StatusCode::NOT_FOUND, Some("not_found")),
+            "{uri}: {body}"
+        );
+    }
+}

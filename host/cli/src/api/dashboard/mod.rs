@@ -85,6 +85,7 @@ pub(super) async fn payload(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
+    let id = super::job_id(id)?;
     let Some(job) = state.queue.get(&id).await? else {
         return Err(ApiError::job_not_found(&id));
     };
