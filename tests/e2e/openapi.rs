@@ -11,7 +11,7 @@ use std::{
 
 use crate::{
     api::http,
-    harness::{describe, eventually, Env},
+    harness::{describe, eventually, postgres_schema, Env},
 };
 
 const ECHO: &str = "[handler]\njob_type = \"echo\"\ntimeout = \"10s\"\n";
@@ -66,7 +66,24 @@ fn the_api_conforms_to_its_openapi_document() {
     let Some(schemathesis) = schemathesis() else {
         return;
     };
-    let env = Env::sqlite();
+    conforms(&schemathesis, &Env::sqlite());
+}
+
+/// The same run on Postgres, which refuses text that SQLite stores (a NUL
+/// byte): its first run answered 500 to a NUL in a filter.
+#[test]
+fn the_api_conforms_to_its_openapi_document_on_postgres() {
+    let Some((db, _drop)) = postgres_schema("openapi") else {
+        return;
+    };
+    let Some(schemathesis) = schemathesis() else {
+        return;
+    };
+    conforms(&schemathesis, &Env::with_db(db));
+}
+
+/// Serves the API from `env` with two handlers and runs schemathesis on it.
+fn conforms(schemathesis: &str, env: &Env) {
     env.fast_config("");
     env.deploy("echo", "echo", ECHO);
     env.deploy("trap", "trap", TRAP);
@@ -113,7 +130,7 @@ fn the_api_conforms_to_its_openapi_document() {
         "--no-color",
     ];
     let started = Instant::now();
-    let output = Command::new(&schemathesis)
+    let output = Command::new(schemathesis)
         .args(args)
         .current_dir(env.dir.path())
         .stdin(Stdio::null())
