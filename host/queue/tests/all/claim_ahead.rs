@@ -81,23 +81,27 @@ async fn warm(q: &Queue) {
 }
 
 /// Fills both slots with gated jobs, then adds `tags` and waits until
-/// they are all claimed (running in the store) without having started.
-async fn claimed_ahead(q: &Queue, started: &Mutex<Vec<String>>, tags: &[&str]) -> Vec<String> {
+/// they are all claimed (running in the store) without having started;
+/// returns the gated jobs' ids and theirs.
+async fn claimed_ahead(
+    q: &Queue,
+    started: &Mutex<Vec<String>>,
+    tags: &[&str],
+) -> ([String; 2], Vec<String>) {
     warm(q).await;
     started.lock().clear();
     let blockers = [add(q, "block-1").await, add(q, "block-2").await];
     assert!(all_in(q, &blockers, JobStatus::Running).await);
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            started
-                .lock()
-                .iter()
-                .filter(|t| t.starts_with("block"))
-                .count()
-                == 2
-        })
-        .await
-    );
+    let both_started = eventually(Duration::from_secs(10), || async {
+        started
+            .lock()
+            .iter()
+            .filter(|t| t.starts_with("block"))
+            .count()
+            == 2
+    })
+    .await;
+    assert!(both_started, "both gated jobs start: {:?}", started.lock());
     let mut ids = Vec::new();
     for tag in tags {
         ids.push(add(q, tag).await);
@@ -111,7 +115,7 @@ async fn claimed_ahead(q: &Queue, started: &Mutex<Vec<String>>, tags: &[&str]) -
         tags.iter().all(|t| !seen.iter().any(|s| s == t)),
         "claimed ahead, not started: {seen:?}"
     );
-    ids
+    (blockers, ids)
 }
 
 async fn cancelled_or_released_jobs_never_start(fx: &Fixture) {
@@ -120,7 +124,8 @@ async fn cancelled_or_released_jobs_never_start(fx: &Fixture) {
     let (open, gate) = watch::channel(false);
     let w = start(&q, started.clone(), gate);
 
-    let ids = claimed_ahead(&q, &started, &["here", "elsewhere", "run-1", "run-2"]).await;
+    let (blockers, ids) =
+        claimed_ahead(&q, &started, &["here", "elsewhere", "run-1", "run-2"]).await;
     assert!(q.cancel(&ids[0], "cancelled here").await.unwrap());
     let other = Queue::new(fx.reopen().await, Default::default()).unwrap();
     let elsewhere = CancelParams {
@@ -131,7 +136,7 @@ async fn cancelled_or_released_jobs_never_start(fx: &Fixture) {
     // Several reconcile passes, so the other process's cancel is seen.
     tokio::time::sleep(Duration::from_millis(400)).await;
     open.send_replace(true);
-    for id in &ids[2..] {
+    for id in blockers.iter().chain(&ids[2..]) {
         let job = q.wait(id, Duration::from_secs(10)).await.unwrap();
         assert_eq!(job.status, JobStatus::Succeeded);
     }
@@ -146,7 +151,7 @@ async fn cancelled_or_released_jobs_never_start(fx: &Fixture) {
     );
 
     open.send_replace(false);
-    let ids = claimed_ahead(&q, &started, &["release-1", "release-2", "release-3"]).await;
+    let (_, ids) = claimed_ahead(&q, &started, &["release-1", "release-2", "release-3"]).await;
     w.shutdown().await;
     for id in &ids {
         let job = q.get(id).await.unwrap().unwrap();
