@@ -36,3 +36,9 @@ chaos:
 # another process's lock and turned read-only (root; iproute2, strace).
 db-faults:
     cargo test -p boxcar --test e2e -- --nocapture db_faults:: partition:: sqlite_faults::
+
+# The soak: an hour (SOAK_MINUTES) of mixed jobs at a steady rate on SQLite
+# and Postgres side by side, printing RSS, descriptors and connections each
+# minute; fails on growth after warm-up.
+soak:
+    DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} cargo test --release -p boxcar --test e2e -- --ignored --nocapture soak::

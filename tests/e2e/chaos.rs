@@ -1,6 +1,8 @@
 //! The chaos harness: several real `boxcar serve` processes on one store, a
-//! stream of jobs of three types (plain, one-at-a-time per scope, and a
-//! pool of two), and a fault schedule drawn from a seed: SIGKILL then a
+//! stream of jobs of four types (plain, one-at-a-time per scope, a pool of
+//! two, and `quick`: runs of a few milliseconds under an unrenewed lease,
+//! which the hosts claim ahead into their local buffers, so faults hit
+//! buffered jobs too), and a fault schedule drawn from a seed: SIGKILL then a
 //! restart, SIGSTOP past the lease then SIGCONT, SIGTERM then a restart.
 //!
 //! Every run of the `journal` guest leaves a file in a journal directory
@@ -51,6 +53,8 @@ const FAULTS: [Fault; 3] = [Fault::Kill, Fault::Stop, Fault::Term];
 const SCOPES: usize = 4;
 const POOL_CONCURRENCY: usize = 2;
 const LEASE: Duration = Duration::from_secs(3);
+/// The worker's `lease_grace`: `quick`'s lease is its timeout plus this.
+const QUICK_LEASE_GRACE: Duration = Duration::from_secs(1);
 
 /// What one chaos run is asked to do.
 struct Plan {
@@ -126,13 +130,30 @@ fn seed() -> u64 {
         .unwrap_or_else(|| (now_ns() as u64) | 1)
 }
 
+/// A type's lease settings: renewed (`lease_duration`, the guarded and
+/// plain types), or the timeout plus the worker's `lease_grace` — the only
+/// kind of lease that claim-ahead buffers jobs under (`quick`).
+fn lease_settings(job_type: &str) -> String {
+    if job_type == "quick" {
+        format!(
+            "timeout = \"{}ms\"",
+            (LEASE - QUICK_LEASE_GRACE).as_millis()
+        )
+    } else {
+        format!(
+            "timeout = \"20s\"\nlease_duration = \"{}ms\"",
+            LEASE.as_millis()
+        )
+    }
+}
+
 fn manifest(job_type: &str, host: &str, journal: &Path, extra: &str) -> String {
     format!(
-        "[handler]\njob_type = \"{job_type}\"\nconcurrency = 4\ntimeout = \"20s\"\n\
-         lease_duration = \"{}ms\"\nmax_attempts = 25\n{extra}\n\
+        "[handler]\njob_type = \"{job_type}\"\nconcurrency = 4\n{}\n\
+         max_attempts = 25\n{extra}\n\
          [capabilities]\ndirs = [{{ host = \"{}\", guest = \"/journal\", mode = \"rw\" }}]\n\
          env = {{ HOST = \"{host}\" }}\n",
-        LEASE.as_millis(),
+        lease_settings(job_type),
         journal.display()
     )
 }
@@ -143,8 +164,9 @@ fn config(env: &Env) -> PathBuf {
         &path,
         format!(
             "[worker]\npoll_interval = \"200ms\"\nbase_backoff = \"50ms\"\nmax_backoff = \"200ms\"\n\
-             shutdown_grace = \"300ms\"\nabandon_grace = \"500ms\"\n\n\
-             [pools.chaos]\nconcurrency = {POOL_CONCURRENCY}\ntypes = [\"pooled\"]\n"
+             shutdown_grace = \"300ms\"\nabandon_grace = \"500ms\"\nlease_grace = \"{}ms\"\n\n\
+             [pools.chaos]\nconcurrency = {POOL_CONCURRENCY}\ntypes = [\"pooled\"]\n",
+            QUICK_LEASE_GRACE.as_millis()
         ),
     )
     .expect("config");
@@ -162,6 +184,7 @@ impl Host {
         let bytes = boxcar_examples::bytes("journal");
         for (job_type, extra) in [
             ("plain", ""),
+            ("quick", ""),
             ("serial", "serialize_by_scope = true"),
             ("pooled", ""),
         ] {
@@ -249,8 +272,12 @@ fn enqueue_batch(env: &Env, rng: &mut Rng, batch: usize, counter: &mut usize) ->
             *counter += 1;
             let n = *counter;
             let ms = 20 + rng.below(150);
-            match rng.below(3) {
+            match rng.below(4) {
                 0 => serde_json::json!({"job_type": "plain", "payload": {"ms": ms, "n": n}}),
+                3 => serde_json::json!({
+                    "job_type": "quick",
+                    "payload": {"ms": 1 + ms % 5, "n": n}
+                }),
                 1 => serde_json::json!({
                     "job_type": "serial",
                     "payload": {"ms": ms, "n": n},
@@ -432,6 +459,9 @@ fn max_overlap(intervals: &mut [(u128, u128)]) -> usize {
     max as usize
 }
 
+/// How often a run prints its progress (faults so far, jobs still open).
+const PROGRESS_EVERY: Duration = Duration::from_secs(60);
+
 /// Applies faults until each kind has been applied `plan.faults_per_kind`
 /// times, resuming and restarting hosts as their pauses end; returns the
 /// next process generation number.
@@ -445,8 +475,17 @@ fn inject_faults(
 ) -> usize {
     let mut generation = 1;
     let mut next_fault = Instant::now() + plan.every;
+    let (started, mut next_report) = (Instant::now(), Instant::now() + PROGRESS_EVERY);
     while done.values().any(|&n| n < plan.faults_per_kind) {
         let now = Instant::now();
+        if now >= next_report {
+            let (open, counts) = open_jobs(env);
+            eprintln!(
+                "chaos: {:.0?} in, faults {done:?}, {open} jobs open, counts {counts}",
+                started.elapsed()
+            );
+            next_report = now + PROGRESS_EVERY;
+        }
         for host in hosts.iter_mut() {
             match host.state {
                 HostState::Stopped { until } if now >= until => {
@@ -594,14 +633,7 @@ fn run_chaos(env: Env, plan: Plan) {
         }
         host.state = HostState::Up;
     }
-    eventually(Duration::from_secs(180), "every job to end", || {
-        let counts = env.json(&["counts"]);
-        let open = ["pending", "running"]
-            .iter()
-            .map(|s| counts[s].as_u64().unwrap_or(0))
-            .sum::<u64>();
-        (open == 0).then_some(())
-    });
+    let (open_at_end, drain_time) = wait_for_every_job_to_end(&env);
 
     let jobs = all_jobs(&env);
     let mut runs = read_journal(&journal);
@@ -719,7 +751,8 @@ fn run_chaos(env: Env, plan: Plan) {
     let pool_peak = max_overlap(&mut pool_runs);
 
     println!(
-        "chaos: seed {} hosts {} faults {:?} in {:.1?}; jobs {} ({} enqueued in batches, the longest \
+        "chaos: seed {} hosts {} faults {:?} in {:.1?}; {open_at_end} jobs open when the faults \
+         ended, all ended {drain_time:.1?} later; jobs {} ({} enqueued in batches, the longest \
          batch taking {:.1?}) runs {} \
          re-runs {} (after a run its own host aborted for want of a provable lease: {}) \
          max scope overlap {} (late, after SIGCONT: {}; uncertain, after a host-aborted run: {}) \
@@ -759,6 +792,67 @@ fn run_chaos(env: Env, plan: Plan) {
         problems.join("\n"),
         host_warnings(&env)
     );
+}
+
+/// How long the hosts may go without ending a single job, once the faults
+/// are over, before the harness calls the rest stuck. A stopped host's
+/// leases run out within `LEASE`; rescue and a re-claim take a few polls.
+const NO_PROGRESS_LIMIT: Duration = Duration::from_secs(60);
+
+fn open_jobs(env: &Env) -> (u64, Value) {
+    let counts = env.json(&["counts"]);
+    let open = ["pending", "running"]
+        .iter()
+        .map(|s| counts[s].as_u64().unwrap_or(0))
+        .sum::<u64>();
+    (open, counts)
+}
+
+/// Waits until no job is pending or running, for as long as the hosts keep
+/// ending jobs: a long run leaves a backlog (the pool and the scopes drain
+/// slower than the producer enqueues while hosts are down), so a fixed
+/// deadline would measure the backlog, not a stuck job. Fails once
+/// `NO_PROGRESS_LIMIT` passes with no job ended, naming what is still
+/// open. Returns how many jobs were open at the start and how long they
+/// took to end.
+fn wait_for_every_job_to_end(env: &Env) -> (u64, Duration) {
+    let started = Instant::now();
+    let (open_at_start, _) = open_jobs(env);
+    let (mut fewest, mut progressed) = (open_at_start, Instant::now());
+    loop {
+        let (open, counts) = open_jobs(env);
+        if open == 0 {
+            return (open_at_start, started.elapsed());
+        }
+        if open < fewest {
+            (fewest, progressed) = (open, Instant::now());
+        }
+        if progressed.elapsed() > NO_PROGRESS_LIMIT {
+            let stuck = env.json(&["jobs", "--status", "pending,running", "--limit", "20"]);
+            let stuck: Vec<String> = stuck
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default()
+                .iter()
+                .map(|j| {
+                    format!(
+                        "{} {} {} attempts {} scope {} run_at {} started {} updated {}",
+                        j["id"], j["job_type"], j["status"], j["attempts"], j["scope"],
+                        j["run_at"], j["started_at"], j["updated_at"]
+                    )
+                })
+                .collect();
+            panic!(
+                "no job ended for {NO_PROGRESS_LIMIT:?} ({:.1?} after the faults ended, {open_at_start} \
+                 open then); counts {counts}; open jobs:\n{}\n--- warnings and errors the hosts \
+                 logged ---\n{}",
+                started.elapsed(),
+                stuck.join("\n"),
+                host_warnings(env)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// The warnings and errors of every host process, for a failure message.

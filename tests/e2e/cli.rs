@@ -234,3 +234,53 @@ fn jobs_pages_by_cursor_and_refuses_a_malformed_one() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("malformed cursor"), "{stderr}");
 }
+
+#[test]
+fn enqueue_jsonl_takes_a_file_or_stdin_and_reports_refused_lines() {
+    let env = Env::sqlite();
+    std::fs::write(env.path("boxcar.toml"), "handled_elsewhere = [\"mail\"]\n").expect("config");
+    let lines: Vec<String> = (0..25_000)
+        .map(|n| format!("{{\"job_type\": \"mail\", \"payload\": {{\"n\": {n}}}}}"))
+        .collect();
+    let file = env.path("jobs.jsonl");
+    std::fs::write(&file, lines.join("\n")).expect("jsonl");
+    let summary = env.json(&["enqueue", "--jsonl", file.to_str().expect("utf-8")]);
+    assert_eq!(summary["added"], 25_000, "{summary}");
+    assert_eq!(summary["refused"], 0, "{summary}");
+    assert_eq!(env.json(&["counts"])["pending"], 25_000);
+
+    let mut child = env
+        .command()
+        .args(["enqueue", "--jsonl", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(
+                b"{\"job_type\": \"mail\"}\n{\"job_type\": \"nobody.handles.this\"}\n\n{oops\n{\"job_type\": \"mail\", \"payload\": {\"n\": 1}}\n",
+            )
+            .expect("write");
+    }
+    let output = child.wait_with_output().expect("wait");
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stdout.contains("enqueued 2 jobs (0 deduplicated, 2 refused)"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("line 2: ") && stderr.contains("unknown job type"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("line 4: "), "{stderr}");
+    assert_eq!(env.json(&["counts"])["pending"], 25_002);
+
+    let output = env.run(&["enqueue", "mail", "--jsonl", "-"]);
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+}

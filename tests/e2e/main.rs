@@ -29,6 +29,7 @@ mod relocatable;
 mod replay;
 mod results;
 mod schedules;
+mod soak;
 mod sqlite_faults;
 mod telemetry;
 mod wait;

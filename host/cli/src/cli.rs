@@ -127,7 +127,8 @@ pub struct ServeArgs {
 #[derive(Args, Debug)]
 pub struct EnqueueArgs {
     /// The job type.
-    pub job_type: String,
+    #[arg(required_unless_present = "jsonl")]
+    pub job_type: Option<String>,
     /// The payload: a JSON object (default `{}`), `-` to read it from
     /// standard input, or `@FILE` to read it from a file.
     pub payload: Option<String>,
@@ -161,6 +162,14 @@ pub struct EnqueueArgs {
     /// How long --wait waits.
     #[arg(long, default_value = "30s", requires = "wait")]
     pub timeout: String,
+    /// Enqueue one job per line of this JSON Lines file (`-`: standard
+    /// input), each the object `POST /jobs/batch` takes, e.g.
+    /// {"job_type": "echo", "payload": {"n": 1}}; 10,000 lines per transaction.
+    #[arg(long, value_name = "FILE|-", conflicts_with_all = [
+        "job_type", "payload", "scope", "dedupe_key", "max_attempts", "delay",
+        "run_at", "ttl", "children", "wait",
+    ])]
+    pub jsonl: Option<String>,
 }
 
 /// `boxcar logs`.
@@ -316,6 +325,9 @@ pub enum Workload {
     /// One busy type drains with `--types` types registered, against the
     /// busy type alone; then the idle host's CPU use with all of them.
     Types,
+    /// Batch enqueue (`add_many`, one transaction per `--batch` jobs) and
+    /// one-by-one enqueue rates; nothing runs the jobs.
+    Enqueue,
     /// Drain and latency.
     All,
 }
@@ -350,4 +362,7 @@ pub struct BenchArgs {
     /// Seconds the `types` workload measures the idle host's CPU use.
     #[arg(long, default_value_t = 5)]
     pub idle_secs: u64,
+    /// Jobs per `add_many` call (one transaction) in the `enqueue` workload.
+    #[arg(long, default_value_t = 10_000)]
+    pub batch: usize,
 }

@@ -18,6 +18,8 @@
 //!   committed then). The enqueue's own commit time is the single-enqueue
 //!   rate, reported separately.
 //!
+//! - **enqueue** ([`enqueue`]): `add_many` in batches of `batch_size`, and
+//!   one by one; nothing runs the jobs.
 //! - **types** ([`types`]): one busy type drains while many idle types are
 //!   registered, against the same drain with the busy type alone; then the
 //!   host's CPU use while idle with all those types.
@@ -45,7 +47,9 @@ use crate::queue::{Queue, QueueError};
 use crate::registry::{HandlerSettings, Registry, RegistryError};
 use crate::store::{JobStore, StoreError};
 
+mod enqueue;
 mod types;
+pub use enqueue::enqueue;
 pub use types::{types, TypesConfig};
 
 /// Workload sizes (defaults: 20,000 drained, 2,000 single enqueues,

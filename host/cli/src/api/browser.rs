@@ -9,9 +9,10 @@
 //!   (`Sec-Fetch-Site` other than `same-origin` or `none`) or when its
 //!   `Origin` is not this API's own (`http(s)://` + the request's `Host`).
 //!   Requests without those headers (curl, the CLI, programs) pass.
-//! - State-changing requests must say `Content-Type: application/json`: a
-//!   page cannot send that cross-origin without a CORS preflight, which
-//!   this API never grants, so a forged form or `fetch` never runs.
+//! - State-changing requests must say `Content-Type: application/json` (or
+//!   `application/x-ndjson`, for a batch): a page cannot send either
+//!   cross-origin without a CORS preflight, which this API never grants,
+//!   so a forged form or `fetch` never runs.
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -70,13 +71,17 @@ fn check(listen: Option<SocketAddr>, method: &Method, headers: &HeaderMap) -> Re
         value
             .split(';')
             .next()
-            .is_some_and(|media| media.trim().eq_ignore_ascii_case("application/json"))
+            .is_some_and(|media| {
+                let media = media.trim();
+                media.eq_ignore_ascii_case("application/json")
+                    || media.eq_ignore_ascii_case("application/x-ndjson")
+            })
     });
     if !json {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "json_required",
-            "send `Content-Type: application/json` with requests that change state (a body may be empty)",
+            "send `Content-Type: application/json` with requests that change state (a body may be empty; a batch may be `application/x-ndjson`)",
         ));
     }
     Ok(())

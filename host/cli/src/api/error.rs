@@ -69,10 +69,17 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// The error's JSON body, `{error, message}` (also one item's answer in
+    /// a batch).
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": self.code, "message": self.message})
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = Json(json!({"error": self.code, "message": self.message}));
-        (self.status, body).into_response()
+        (self.status, Json(self.body())).into_response()
     }
 }
 

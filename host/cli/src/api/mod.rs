@@ -14,6 +14,7 @@
 //!   need `Content-Type: application/json` and must not be cross-origin.
 //! - Handlers validate exactly as the Rust API does: they call [`Queue`].
 
+pub mod batch;
 mod browser;
 mod dashboard;
 mod error;
@@ -131,6 +132,7 @@ fn json_routes() -> Vec<(&'static str, Access, MethodRouter<AppState>)> {
         ("/healthz", Public, get(health)),
         ("/openapi.json", Public, get(openapi::document)),
         ("/jobs", Token, post(enqueue).get(list_jobs)),
+        ("/jobs/batch", Token, post(batch::enqueue_batch)),
         ("/jobs/retry-failed", Token, post(retry_failed)),
         ("/jobs/{id}", Token, get(get_job)),
         ("/jobs/{id}/wait", Token, get(wait_job)),
@@ -518,6 +520,8 @@ async fn metrics_text(State(state): State<AppState>) -> Result<Response, ApiErro
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
+#[cfg(test)]
+mod batch_tests;
 #[cfg(test)]
 mod browser_tests;
 #[cfg(test)]

@@ -19,8 +19,10 @@ use crate::{
 };
 
 pub async fn run(context: Context, args: BenchArgs) -> anyhow::Result<()> {
-    if args.jobs == 0 || args.concurrency == 0 || args.types == 0 {
-        return Err(usage("--jobs, --concurrency and --types must be positive"));
+    if args.jobs == 0 || args.concurrency == 0 || args.types == 0 || args.batch == 0 {
+        return Err(usage(
+            "--jobs, --concurrency, --types and --batch must be positive",
+        ));
     }
     let store = connect(&context.db).await?;
     let (handler, system): (Arc<dyn Handler>, &str) = match args.handler {
@@ -51,6 +53,14 @@ pub async fn run(context: Context, args: BenchArgs) -> anyhow::Result<()> {
     }
     if matches!(args.workload, Workload::Latency | Workload::All) {
         let result = bench::latency(store.clone(), handler.clone(), &config).await?;
+        println!("{}", result.to_json_line());
+    }
+    if args.workload == Workload::Enqueue {
+        let config = BenchConfig {
+            batch_size: args.batch,
+            ..config.clone()
+        };
+        let result = bench::enqueue(store.clone(), &config).await?;
         println!("{}", result.to_json_line());
     }
     if args.workload == Workload::Types {

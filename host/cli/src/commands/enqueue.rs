@@ -1,5 +1,6 @@
 //! `boxcar enqueue`: validate and insert one job (or a flow), print its id,
-//! or with `--wait` wait for it and print its result.
+//! or with `--wait` wait for it and print its result; `--jsonl` hands over
+//! to [`super::enqueue_jsonl`].
 
 use boxcar_queue::{JobStatus, NewJob, QueueError, WaitError};
 use chrono::{DateTime, Utc};
@@ -60,8 +61,15 @@ fn payload_text(arg: Option<&str>) -> anyhow::Result<String> {
 }
 
 pub async fn run(context: Context, args: EnqueueArgs) -> anyhow::Result<()> {
+    if let Some(source) = &args.jsonl {
+        return super::enqueue_jsonl::run(context, source).await;
+    }
+    let job_type = args
+        .job_type
+        .clone()
+        .ok_or_else(|| usage("give a job type, or --jsonl FILE for many jobs"))?;
     let payload = payload_text(args.payload.as_deref())?;
-    let mut job = NewJob::from_text(args.job_type.clone(), payload);
+    let mut job = NewJob::from_text(job_type, payload);
     job.scope = scope_arg(args.scope.as_deref())?;
     job.dedupe_key = args.dedupe_key.clone();
     job.max_attempts = args.max_attempts;

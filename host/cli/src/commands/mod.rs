@@ -8,6 +8,7 @@ mod check;
 mod context;
 mod demo;
 mod enqueue;
+mod enqueue_jsonl;
 mod examples;
 mod history;
 mod replay;

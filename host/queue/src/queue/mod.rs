@@ -256,6 +256,49 @@ impl Queue {
         self.add_prepared(prepared).await
     }
 
+    /// Enqueues every valid job of `jobs` in one transaction, and answers
+    /// for each, in order, its result or the enqueue rule it broke: one
+    /// invalid job does not keep the others out (a producer's batch).
+    ///
+    /// # Errors
+    /// The store failed: nothing was written.
+    pub async fn add_each(
+        &self,
+        jobs: Vec<NewJob>,
+    ) -> Result<Vec<Result<AddResult, EnqueueError>>, QueueError> {
+        let mut verdicts = Vec::with_capacity(jobs.len());
+        let mut prepared = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            match self.prepare(job) {
+                Ok(insert) => {
+                    prepared.push(insert);
+                    verdicts.push(Ok(()));
+                }
+                Err(refused) => verdicts.push(Err(refused)),
+            }
+        }
+        let expected = prepared.len();
+        let added = if prepared.is_empty() {
+            Vec::new()
+        } else {
+            self.add_prepared(prepared).await?
+        };
+        if added.len() != expected {
+            return Err(QueueError::Store(StoreError::Corrupt(format!(
+                "inserting {expected} jobs returned {} rows",
+                added.len()
+            ))));
+        }
+        let mut added = added.into_iter();
+        Ok(verdicts
+            .into_iter()
+            .filter_map(|verdict| match verdict {
+                Ok(()) => added.next().map(Ok),
+                Err(refused) => Some(Err(refused)),
+            })
+            .collect())
+    }
+
     /// Inserts jobs that went through [`Queue::prepare`] (and were possibly
     /// adjusted since, e.g. a guest's namespaced dedupe key).
     pub(crate) async fn add_prepared(

@@ -23,6 +23,7 @@ use std::future::Future;
 
 use chrono::{DateTime, Utc};
 
+use super::guard_cache::CachedReads;
 use crate::guards::{pool_key, Blocker, ClaimGuards, PoolGuard, PoolStatus, RateWindow};
 use crate::handler::Scope;
 use crate::job::Job;
@@ -203,17 +204,18 @@ pub(crate) async fn claim<T: ClaimTx>(
         .await?;
     let now = tx.now();
     let mut res = ClaimResult::default();
+    let mut reads = CachedReads::new(tx);
     for cand in candidates {
         if res.claimed.len() >= claim.limit as usize {
             break;
         }
         if cand.expires_at.is_some_and(|e| e <= now) {
-            if let Some(job) = tx.expire(&cand.id).await? {
+            if let Some(job) = reads.inner().expire(&cand.id).await? {
                 res.expired.push(job);
             }
             continue;
         }
-        let spends = match verdict(tx, &cand, &claim.guards).await? {
+        let spends = match verdict(&mut reads, &cand, &claim.guards).await? {
             Verdict::Admit(spends) => spends,
             Verdict::Skip(blocker) => {
                 res.blocked_by = Some(blocker);
@@ -224,10 +226,12 @@ pub(crate) async fn claim<T: ClaimTx>(
                 break;
             }
         };
-        if let Some(job) = tx.claim_one(&cand.id, claim).await? {
+        if let Some(job) = reads.inner().claim_one(&cand.id, claim).await? {
             for (key, window) in spends {
-                tx.store_rate_window(&key, window).await?;
+                reads.inner().store_rate_window(&key, window).await?;
+                reads.stored_rate_window(&key, window);
             }
+            reads.claimed(&job.job_type, job.scope.as_ref());
             res.claimed.push(job);
         }
     }

@@ -24,6 +24,7 @@
 //! The traits use `impl Future + Send` returns, so a policy instantiated
 //! with a concrete backend is a plain, unboxed future that stays `Send`.
 
+mod guard_cache;
 pub(crate) mod guards;
 pub(crate) mod rescue;
 pub(crate) mod schedules;

@@ -185,4 +185,45 @@ async fn traceparent(fx: &Fixture) {
     assert_eq!(of(&plain), Some(None), "{claimed:?}");
 }
 
-backends!(dedupe, validation, traceparent);
+/// `add_each`: every valid job of a batch is enqueued in one insert, each
+/// invalid one is answered with its own error in its place, and a key
+/// repeated in the batch is deduplicated against the earlier item.
+async fn add_each_keeps_bad_items_from_failing_the_batch(fx: &Fixture) {
+    let q = fx.queue();
+    let answers = q
+        .add_each(vec![
+            job("t"),
+            job(""),
+            job("t").dedupe_key("k"),
+            job("t").max_attempts(0),
+            job("t").dedupe_key("k"),
+            job("t").scope(Scope::new("", "x")),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 6);
+    assert!(matches!(answers[1], Err(EnqueueError::EmptyJobType)));
+    assert!(matches!(
+        answers[3],
+        Err(EnqueueError::InvalidMaxAttempts { .. })
+    ));
+    assert!(matches!(answers[5], Err(EnqueueError::EmptyScope { .. })));
+    let first = answers[0].as_ref().unwrap();
+    let keyed = answers[2].as_ref().unwrap();
+    let again = answers[4].as_ref().unwrap();
+    assert!(!first.deduplicated && !keyed.deduplicated);
+    assert!(again.deduplicated, "{answers:?}");
+    assert_eq!(again.id, keyed.id);
+    assert_eq!(fx.store.count_by_status().await.unwrap().pending, 2);
+    let none = q.add_each(vec![job("")]).await.unwrap();
+    assert_eq!(none.len(), 1);
+    assert!(none[0].is_err());
+    assert_eq!(fx.store.count_by_status().await.unwrap().pending, 2);
+}
+
+backends!(
+    dedupe,
+    validation,
+    traceparent,
+    add_each_keeps_bad_items_from_failing_the_batch
+);
