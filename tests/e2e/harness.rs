@@ -10,8 +10,15 @@ use std::{
 
 use serde_json::Value;
 
-/// The binary under test.
+/// The binary cargo built for this test run.
 pub const BOXCAR: &str = env!("CARGO_BIN_EXE_boxcar");
+
+/// The binary under test: `BOXCAR_E2E_BIN` when set (a copy of the build
+/// that a long run keeps to itself while the target directory is rebuilt,
+/// or an installed binary), else [`BOXCAR`].
+pub fn boxcar_binary() -> std::ffi::OsString {
+    std::env::var_os("BOXCAR_E2E_BIN").unwrap_or_else(|| BOXCAR.into())
+}
 
 /// A test sandbox: its own directory, database and handlers directory.
 pub struct Env {
@@ -57,10 +64,10 @@ impl Env {
         let mut command = match wrapper.split_first() {
             Some((program, args)) => {
                 let mut command = Command::new(program);
-                command.args(args).arg(BOXCAR);
+                command.args(args).arg(boxcar_binary());
                 command
             }
-            None => Command::new(BOXCAR),
+            None => Command::new(boxcar_binary()),
         };
         command
             .env_clear()

@@ -9,18 +9,36 @@
 //! adds `types` (one busy type drains with N types registered).
 //! `BOXCAR_BENCH_CONCURRENCY=C` sets the drains' concurrency (default 16);
 //! `BOXCAR_BENCH_DRAIN_ONLY=1` skips the latency runs.
+//! `BOXCAR_BENCH_ENQUEUE=B` runs only `enqueue` (`add_many` in batches of
+//! B, one transaction each); `BOXCAR_BENCH_JOBS=N` sets the jobs enqueued
+//! and drained (default 20,000).
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 
 use boxcar_queue::bench::{
-    drain, drain_guarded, latency, latency_notify, types, BenchConfig, NoopHandler, TypesConfig,
+    drain, drain_guarded, enqueue, latency, latency_notify, types, BenchConfig, NoopHandler,
+    TypesConfig,
 };
 use boxcar_queue::store::postgres::PostgresStore;
 use boxcar_queue::store::sqlite::SqliteStore;
 use boxcar_queue::JobStore;
 
 async fn run(store: Arc<dyn JobStore>, producer: Option<Arc<dyn JobStore>>, cfg: &BenchConfig) {
+    if let Some(batch) = std::env::var("BOXCAR_BENCH_ENQUEUE")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        let cfg = BenchConfig {
+            batch_size: batch,
+            ..cfg.clone()
+        };
+        match enqueue(store.clone(), &cfg).await {
+            Ok(r) => println!("{}", r.to_json_line()),
+            Err(e) => eprintln!("enqueue on {} failed: {e}", store.backend()),
+        }
+        return;
+    }
     let h: Arc<dyn boxcar_queue::Handler> = Arc::new(NoopHandler);
     match drain(store.clone(), h.clone(), cfg).await {
         Ok(r) => println!("{}", r.to_json_line()),
@@ -71,6 +89,12 @@ async fn main() {
         .and_then(|v| v.parse().ok())
     {
         cfg.drain_concurrency = c;
+    }
+    if let Some(n) = std::env::var("BOXCAR_BENCH_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.drain_jobs = n;
     }
     let stores = std::env::var("BOXCAR_BENCH_STORES").unwrap_or_else(|_| "sqlite,postgres".into());
     if stores.contains("sqlite") {
