@@ -36,3 +36,11 @@ chaos:
 # another process's lock and turned read-only (root; iproute2, strace).
 db-faults:
     cargo test -p boxcar --test e2e -- --nocapture db_faults:: partition:: sqlite_faults::
+
+# Fuzz TARGET for SECS seconds (see README "Fuzzing"): cargo fuzz on the
+# stable toolchain (RUSTC_BOOTSTRAP=1, no sanitizer), one process, new
+# inputs kept in fuzz/target/corpus (the committed seeds are read only).
+# `cargo install cargo-fuzz` first. Crashes land in fuzz/artifacts/TARGET.
+fuzz target secs="600":
+    mkdir -p fuzz/target/corpus/{{target}}
+    cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none -O -a {{target}} target/corpus/{{target}} corpus/{{target}} -- -max_total_time={{secs}}
