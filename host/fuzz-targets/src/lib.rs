@@ -22,8 +22,11 @@ pub use guest::guest_payload;
 pub use parsers::{config, manifest, payload_schema, schedule, units};
 pub use wit::wit_boundary;
 
+/// A target's body: called once per input.
+pub type Target = fn(&[u8]);
+
 /// Every target by name, as `fuzz/fuzz_targets/<name>.rs` calls it.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("manifest", manifest),
     ("config", config),
     ("units", units),
