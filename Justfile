@@ -42,3 +42,11 @@ db-faults:
 # minute; fails on growth after warm-up.
 soak:
     DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test} cargo test --release -p boxcar --test e2e -- --ignored --nocapture soak::
+
+# Fuzz TARGET for SECS seconds (see README "Fuzzing"): cargo fuzz on the
+# stable toolchain (RUSTC_BOOTSTRAP=1, no sanitizer), one process, new
+# inputs kept in fuzz/target/corpus (the committed seeds are read only).
+# `cargo install cargo-fuzz` first. Crashes land in fuzz/artifacts/TARGET.
+fuzz target secs="600":
+    mkdir -p fuzz/target/corpus/{{target}}
+    cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none -O -a {{target}} target/corpus/{{target}} corpus/{{target}} -- -max_total_time={{secs}}

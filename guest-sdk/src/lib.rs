@@ -178,6 +178,20 @@ macro_rules! handler {
     };
 }
 
+/// The SDK's payload decoding, for the fuzz targets (`host/fuzz-targets`);
+/// not part of the supported API.
+#[doc(hidden)]
+pub mod fuzzing {
+    /// Decodes `text` as `P` exactly as a handler's payload is decoded, or
+    /// the message the job fails with (which never repeats payload text).
+    ///
+    /// # Errors
+    /// The payload does not match `P`.
+    pub fn decode<P: serde::de::DeserializeOwned>(text: &str) -> Result<P, String> {
+        crate::payload::decode(text)
+    }
+}
+
 #[doc(hidden)]
 pub mod __private {
     use serde::{de::DeserializeOwned, Serialize};

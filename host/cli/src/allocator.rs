@@ -11,11 +11,9 @@
 //! an allocator region could fault in 2 MiB, and the idle host started at
 //! ≈ 200 MiB instead of ≈ 60.
 //!
-//! Invariant: only the binary chooses the allocator; the libraries stay
+//! Invariant: only the binary chooses the allocator (its `#[global_allocator]`
+//! is in `main.rs`); the libraries, this crate's included, stay
 //! allocator-neutral.
-
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Environment for a child process of this binary that runs under a memory
 /// rlimit (the compile child): mimalloc then commits memory page by page as

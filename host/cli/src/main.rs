@@ -1,51 +1,14 @@
-//! The `boxcar` binary: parses the command line and runs a command.
-//! `anyhow` stops here; everything below uses typed errors.
+//! The `boxcar` binary: chooses the allocator and runs [`boxcar::main`].
 //!
 //! Exit codes: 0 ok; 1 runtime failure; 2 bad usage or input; 3 the job
 //! waited for failed or was cancelled; 4 a wait timed out.
 
-mod allocator;
-mod api;
-mod cli;
-mod commands;
-mod config;
-mod deploy;
-mod error;
-mod manifest;
-mod output;
-mod protected;
-mod sandbox_glue;
-mod schema;
-mod telemetry;
-mod toml_file;
-mod units;
-mod views;
-
 use std::process::ExitCode;
 
-use clap::Parser;
+/// mimalloc (see `boxcar::allocator` for why); only the binary chooses it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
-    if let cli::Command::CompileComponent(args) = &cli.command {
-        // No runtime and no tracing: the child compiles and exits.
-        return deploy::compile::child_main(args);
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("error: cannot start the async runtime: {error}");
-            return ExitCode::from(1);
-        }
-    };
-    match runtime.block_on(commands::run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            ExitCode::from(error::exit_code(&error))
-        }
-    }
+    boxcar::main()
 }

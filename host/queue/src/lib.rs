@@ -71,6 +71,8 @@ pub use attempt::{Attempt, AttemptOutcome, AttemptUsage, LogLine, LogQuery, Stor
 pub use bounds::EnqueueBounds;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use cursor::{InvalidCursor, JobCursor};
+#[doc(hidden)]
+pub use engine::fuzzing;
 pub use engine::{
     guest_dedupe_key, replay, DryEnqueue, FiredTick, Maintenance, Replay, ReplayRequest, Scheduler,
     SchedulerHandle, Worker, WorkerHandle, INVALID_OUTPUT, RUN_SPAN_TARGET, UNSTORABLE_OUTCOME,

@@ -22,7 +22,25 @@ use crate::{
 
 impl types::Host for HostState {}
 
-fn host_error(e: ServiceError) -> types::HostError {
+/// The queue's request for a guest's `enqueue` call, as the guest gave it.
+pub(crate) fn child_request(
+    job_type: String,
+    payload: String,
+    options: types::EnqueueOptions,
+) -> ChildJobRequest {
+    ChildJobRequest {
+        job_type,
+        payload,
+        scope: options.scope.map(|s| Scope::new(s.scope_type, s.scope_id)),
+        dedupe_key: options.dedupe_key,
+        delay: options.delay_ms.map(Duration::from_millis),
+        priority: options.priority,
+        max_attempts: options.max_attempts,
+    }
+}
+
+/// What the guest is told when the queue refuses a call.
+pub(crate) fn host_error(e: ServiceError) -> types::HostError {
     match e {
         ServiceError::NotAllowed(job_type) => types::HostError::NotAllowed(
             ServiceError::NotAllowed(crate::output::truncate(&job_type, 200).to_string())
@@ -76,15 +94,7 @@ impl host::Host for HostState {
             ))));
         }
         self.enqueues += 1;
-        let request = ChildJobRequest {
-            job_type,
-            payload,
-            scope: options.scope.map(|s| Scope::new(s.scope_type, s.scope_id)),
-            dedupe_key: options.dedupe_key,
-            delay: options.delay_ms.map(Duration::from_millis),
-            priority: options.priority,
-            max_attempts: options.max_attempts,
-        };
+        let request = child_request(job_type, payload, options);
         let services = self.services.clone();
         let enqueued = services.enqueue(request).await;
         if enqueued.is_ok() {

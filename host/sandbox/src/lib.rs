@@ -31,6 +31,8 @@ mod config;
 mod connect;
 mod egress;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod host_impl;
 mod http;
 mod loaded_handler;

@@ -323,28 +323,34 @@ impl LoadedHandler {
 
     /// Maps the guest's own answer, enforcing result sizes.
     fn answer(&self, answer: Result<Option<String>, wit::JobError>) -> Outcome {
-        let max = self.limits.max_result;
-        let too_big = |what: &str, len: usize| Outcome::LimitExceeded {
-            which: LimitKind::ResultSize,
-            detail: format!("{what} of {len} bytes exceeds max_result ({max} bytes)"),
-        };
-        match answer {
-            Ok(Some(result)) if result.len() > max => too_big("the result", result.len()),
-            Ok(result) => Outcome::Succeeded { result },
-            Err(wit::JobError::Retryable(r)) => Outcome::Retryable {
-                message: truncate(&r.message, MAX_MESSAGE).to_string(),
-                retry_after: r.retry_after_ms.map(Duration::from_millis),
-                consumes_attempt: r.consumes_attempt,
+        guest_answer(self.limits.max_result, answer)
+    }
+}
+
+/// Maps the guest's own answer, enforcing result sizes (`max` is
+/// `max_result`); messages are cut at [`MAX_MESSAGE`] and codes at 256
+/// bytes, on character boundaries.
+pub(crate) fn guest_answer(max: usize, answer: Result<Option<String>, wit::JobError>) -> Outcome {
+    let too_big = |what: &str, len: usize| Outcome::LimitExceeded {
+        which: LimitKind::ResultSize,
+        detail: format!("{what} of {len} bytes exceeds max_result ({max} bytes)"),
+    };
+    match answer {
+        Ok(Some(result)) if result.len() > max => too_big("the result", result.len()),
+        Ok(result) => Outcome::Succeeded { result },
+        Err(wit::JobError::Retryable(r)) => Outcome::Retryable {
+            message: truncate(&r.message, MAX_MESSAGE).to_string(),
+            retry_after: r.retry_after_ms.map(Duration::from_millis),
+            consumes_attempt: r.consumes_attempt,
+        },
+        Err(wit::JobError::Terminal(t)) => match t.details {
+            Some(d) if d.len() > max => too_big("the error details", d.len()),
+            details => Outcome::Terminal {
+                message: truncate(&t.message, MAX_MESSAGE).to_string(),
+                code: t.code.map(|c| truncate(&c, 256).to_string()),
+                details,
             },
-            Err(wit::JobError::Terminal(t)) => match t.details {
-                Some(d) if d.len() > max => too_big("the error details", d.len()),
-                details => Outcome::Terminal {
-                    message: truncate(&t.message, MAX_MESSAGE).to_string(),
-                    code: t.code.map(|c| truncate(&c, 256).to_string()),
-                    details,
-                },
-            },
-        }
+        },
     }
 }
 

@@ -196,7 +196,7 @@ impl LogSink {
     }
 
     /// Bytes written to stdout or stderr.
-    fn write(&self, stderr: bool, bytes: &[u8]) -> Result<(), LogLimitReached> {
+    pub(crate) fn write(&self, stderr: bool, bytes: &[u8]) -> Result<(), LogLimitReached> {
         let mut lines = Vec::new();
         {
             let mut state = self.lock();

@@ -41,9 +41,10 @@ pub(super) async fn attempts(
     Ok(Json(attempts.iter().map(AttemptView::from).collect()))
 }
 
+/// `GET /jobs/{id}/logs`'s query string.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct LogsQuery {
+pub(crate) struct LogsQuery {
     attempt: Option<u32>,
     after: Option<i64>,
     limit: Option<u32>,
@@ -61,17 +62,9 @@ pub(super) async fn logs(
     if state.queue.get(&id).await?.is_none() {
         return Err(ApiError::job_not_found(&id));
     }
-    let query = LogQuery {
-        job_id: id,
-        attempt: q.attempt,
-        after: q.after,
-        limit: Some(
-            q.limit
-                .unwrap_or(LogQuery::DEFAULT_LIMIT)
-                .min(LogQuery::DEFAULT_LIMIT),
-        ),
-    };
-    if q.follow.unwrap_or(0) == 0 {
+    let follows = q.follow.unwrap_or(0) != 0;
+    let query = log_query(id, q);
+    if !follows {
         let lines = state.queue.logs(&query).await?;
         let views: Vec<LogLineView> = lines.iter().map(LogLineView::from).collect();
         return Ok(Json(views).into_response());
@@ -79,6 +72,21 @@ pub(super) async fn logs(
     Ok(Sse::new(follow(state.queue.clone(), query))
         .keep_alive(KeepAlive::default())
         .into_response())
+}
+
+/// The store query a `GET /jobs/{id}/logs` query string asks for (the
+/// page size at most [`LogQuery::DEFAULT_LIMIT`]).
+pub(crate) fn log_query(job_id: String, q: LogsQuery) -> LogQuery {
+    LogQuery {
+        job_id,
+        attempt: q.attempt,
+        after: q.after,
+        limit: Some(
+            q.limit
+                .unwrap_or(LogQuery::DEFAULT_LIMIT)
+                .min(LogQuery::DEFAULT_LIMIT),
+        ),
+    }
 }
 
 /// Where a followed log stands.

@@ -17,11 +17,11 @@
 pub mod batch;
 mod browser;
 mod dashboard;
-mod error;
-mod history;
+pub(crate) mod error;
+pub(crate) mod history;
 mod metrics;
 mod openapi;
-mod requests;
+pub(crate) mod requests;
 
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
@@ -248,9 +248,10 @@ async fn get_job(
     Ok(Json(value))
 }
 
+/// `GET /jobs`'s query string.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ListQuery {
+pub(crate) struct ListQuery {
     status: Option<String>,
     #[serde(rename = "type")]
     job_type: Option<String>,
@@ -276,6 +277,23 @@ async fn list_jobs(
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Vec<ListedJob>>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
+    let filter = list_filter(query)?;
+    let jobs = state.queue.find(&filter).await?;
+    Ok(Json(
+        jobs.iter()
+            .map(|j| ListedJob {
+                job: JobView::from(j),
+                cursor: JobCursor::of(j).to_string(),
+            })
+            .collect(),
+    ))
+}
+
+/// The store filter a `GET /jobs` query asks for.
+///
+/// # Errors
+/// A malformed cursor, order, status or scope, or a NUL in the filter.
+pub(crate) fn list_filter(query: ListQuery) -> Result<JobFilter, ApiError> {
     let mut filter = JobFilter::default();
     filter.limit = Some(query.limit.unwrap_or(JobFilter::DEFAULT_LIMIT).min(1000));
     filter.offset = query.offset;
@@ -328,15 +346,7 @@ async fn list_jobs(
             .map(String::as_str)
             .chain(scope),
     )?;
-    let jobs = state.queue.find(&filter).await?;
-    Ok(Json(
-        jobs.iter()
-            .map(|j| ListedJob {
-                job: JobView::from(j),
-                cursor: JobCursor::of(j).to_string(),
-            })
-            .collect(),
-    ))
+    Ok(filter)
 }
 
 /// A job id from a path: one holding a NUL names no job (enqueue refuses
@@ -377,9 +387,10 @@ pub fn parse_scope(text: &str) -> Result<Scope, String> {
     }
 }
 
+/// `GET /jobs/{id}/wait`'s query string.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct WaitQuery {
+pub(crate) struct WaitQuery {
     timeout: Option<String>,
 }
 
@@ -390,19 +401,30 @@ async fn wait_job(
 ) -> Result<Json<JobView>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::bad_request("bad_query", e.body_text()))?;
     let id = job_id(id)?;
-    let timeout = match query.timeout {
-        None => Duration::from_secs(30),
-        Some(text) => crate::units::parse_duration(&text)
-            .map_err(|m| ApiError::bad_request("bad_query", m))?,
-    }
-    .min(MAX_WAIT);
+    let timeout = wait_timeout(query)?;
     let job = state.queue.wait(&id, timeout).await?;
     Ok(Json(JobView::from(&job)))
 }
 
+/// How long a `GET /jobs/{id}/wait` waits (30 s unless given, at most
+/// [`MAX_WAIT`]).
+///
+/// # Errors
+/// The timeout is not a duration.
+pub(crate) fn wait_timeout(query: WaitQuery) -> Result<Duration, ApiError> {
+    Ok(match query.timeout {
+        None => Duration::from_secs(30),
+        Some(text) => crate::units::parse_duration(&text)
+            .map_err(|m| ApiError::bad_request("bad_query", m))?,
+    }
+    .min(MAX_WAIT))
+}
+
 /// A JSON body that may be empty (then `T::default()`); the content type
 /// was checked by the browser rules.
-fn optional_body<T: serde::de::DeserializeOwned + Default>(body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn optional_body<T: serde::de::DeserializeOwned + Default>(
+    body: &[u8],
+) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }

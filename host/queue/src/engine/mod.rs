@@ -17,6 +17,8 @@ mod claim_ahead;
 mod completer;
 mod dispatch;
 mod due_set;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handler_output;
 mod maintenance;
 mod replay;
