@@ -837,8 +837,14 @@ fn wait_for_every_job_to_end(env: &Env) -> (u64, Duration) {
                 .map(|j| {
                     format!(
                         "{} {} {} attempts {} scope {} run_at {} started {} updated {}",
-                        j["id"], j["job_type"], j["status"], j["attempts"], j["scope"],
-                        j["run_at"], j["started_at"], j["updated_at"]
+                        j["id"],
+                        j["job_type"],
+                        j["status"],
+                        j["attempts"],
+                        j["scope"],
+                        j["run_at"],
+                        j["started_at"],
+                        j["updated_at"]
                     )
                 })
                 .collect();

@@ -204,7 +204,9 @@ fn soak(name: &str, serve: &Serve, connections: &Connections, minutes: u64) -> V
 
 /// The problems in one host's samples: growth after warm-up.
 fn growth(name: &str, samples: &[Sample]) -> Vec<String> {
-    let warm_up = (samples.len() / 6).max(2).min(samples.len().saturating_sub(1));
+    let warm_up = (samples.len() / 6)
+        .max(2)
+        .min(samples.len().saturating_sub(1));
     let (warm, rest) = samples.split_at(warm_up + 1);
     let Some(base) = warm.last() else {
         return vec![format!("{name}: no samples")];
@@ -294,5 +296,9 @@ fn soak_long_on_sqlite_and_postgres() {
         problems
     });
     assert!(!failed.load(Ordering::Relaxed), "a soak thread panicked");
-    assert!(problems.is_empty(), "soak problems:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "soak problems:\n{}",
+        problems.join("\n")
+    );
 }

@@ -47,9 +47,8 @@ fn too_many(count: usize) -> ApiError {
 
 /// One item from its JSON value.
 fn item(value: Value, position: usize) -> Parsed {
-    let request: EnqueueRequest = serde_json::from_value(value).map_err(|e| {
-        ApiError::bad_request("invalid_job", format!("item {position}: {e}"))
-    })?;
+    let request: EnqueueRequest = serde_json::from_value(value)
+        .map_err(|e| ApiError::bad_request("invalid_job", format!("item {position}: {e}")))?;
     let (job, children) = request.into_jobs()?;
     if !children.is_empty() {
         return Err(ApiError::bad_request(
@@ -133,7 +132,10 @@ pub async fn enqueue_batch(
     let (mut added, mut deduplicated, mut refused) = (0, 0, 0);
     let mut answers = Vec::with_capacity(verdicts.len());
     for verdict in verdicts {
-        let answer = match verdict.map(Err).or_else(|| outcomes.next().map(|o| o.map_err(ApiError::from))) {
+        let answer = match verdict
+            .map(Err)
+            .or_else(|| outcomes.next().map(|o| o.map_err(ApiError::from)))
+        {
             Some(Ok(result)) => {
                 if result.deduplicated {
                     deduplicated += 1;
@@ -146,7 +148,11 @@ pub async fn enqueue_batch(
                 refused += 1;
                 error.body()
             }
-            None => return Err(ApiError::internal(&"the queue answered fewer jobs than it was given")),
+            None => {
+                return Err(ApiError::internal(
+                    &"the queue answered fewer jobs than it was given",
+                ))
+            }
         };
         answers.push(answer);
     }

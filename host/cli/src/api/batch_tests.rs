@@ -61,7 +61,10 @@ async fn an_array_is_enqueued_in_order_and_a_bad_item_keeps_no_other_out() {
         ],
         "{answer}"
     );
-    assert_eq!(jobs[7]["id"], jobs[1]["id"], "the second `k` is deduplicated");
+    assert_eq!(
+        jobs[7]["id"], jobs[1]["id"],
+        "the second `k` is deduplicated"
+    );
     assert_eq!(jobs[7]["deduplicated"], true);
     let mut mail = JobFilter::default();
     mail.types = vec!["mail".into()];
@@ -108,8 +111,13 @@ async fn a_batch_over_the_bound_or_not_an_array_is_refused_whole() {
     let (status, answer) = call(&app, Method::POST, "/jobs/batch", Some(too_many)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     assert_eq!(answer["error"], "batch_too_large");
-    let (status, answer) =
-        call(&app, Method::POST, "/jobs/batch", Some(json!({"job_type": "mail"}))).await;
+    let (status, answer) = call(
+        &app,
+        Method::POST,
+        "/jobs/batch",
+        Some(json!({"job_type": "mail"})),
+    )
+    .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
     assert_eq!(answer["error"], "bad_json");
     let (status, answer) = respond(&app, ndjson("\u{0}\u{ff}")).await;

@@ -68,14 +68,11 @@ fn check(listen: Option<SocketAddr>, method: &Method, headers: &HeaderMap) -> Re
         }
     }
     let json = header_text(headers, header::CONTENT_TYPE).is_some_and(|value| {
-        value
-            .split(';')
-            .next()
-            .is_some_and(|media| {
-                let media = media.trim();
-                media.eq_ignore_ascii_case("application/json")
-                    || media.eq_ignore_ascii_case("application/x-ndjson")
-            })
+        value.split(';').next().is_some_and(|media| {
+            let media = media.trim();
+            media.eq_ignore_ascii_case("application/json")
+                || media.eq_ignore_ascii_case("application/x-ndjson")
+        })
     });
     if !json {
         return Err(ApiError::new(

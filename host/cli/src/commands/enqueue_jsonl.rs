@@ -108,7 +108,9 @@ pub async fn run(context: Context, source: &str) -> anyhow::Result<()> {
         for error in &tally.refused {
             eprintln!(
                 "line {}: {} ({})",
-                error["line"], error["message"].as_str().unwrap_or_default(), error["error"].as_str().unwrap_or_default()
+                error["line"],
+                error["message"].as_str().unwrap_or_default(),
+                error["error"].as_str().unwrap_or_default()
             );
         }
         println!(

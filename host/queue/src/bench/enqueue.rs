@@ -20,7 +20,10 @@ use crate::store::JobStore;
 ///
 /// # Errors
 /// A store or enqueue failure.
-pub async fn enqueue(store: Arc<dyn JobStore>, cfg: &BenchConfig) -> Result<BenchResult, BenchError> {
+pub async fn enqueue(
+    store: Arc<dyn JobStore>,
+    cfg: &BenchConfig,
+) -> Result<BenchResult, BenchError> {
     let job_type = fresh_type("enqueue");
     let queue = Queue::new(store.clone(), QueueOptions::default())?;
     let payload = serde_json::json!({"bench": true, "n": 0});
@@ -31,9 +34,7 @@ pub async fn enqueue(store: Arc<dyn JobStore>, cfg: &BenchConfig) -> Result<Benc
     let mut left = cfg.drain_jobs;
     while left > 0 {
         let k = left.min(batch_size);
-        queue
-            .add_many((0..k).map(|_| job()).collect())
-            .await?;
+        queue.add_many((0..k).map(|_| job()).collect()).await?;
         left -= k;
     }
     let batch_rate = cfg.drain_jobs as f64 / started.elapsed().as_secs_f64();
