@@ -13,7 +13,7 @@
 
 use axum::{
     body::Bytes,
-    extract::State,
+    extract::{rejection::BytesRejection, State},
     http::{header, HeaderMap, StatusCode},
     response::{IntoResponse, Response},
     Json,
@@ -108,8 +108,22 @@ fn from_ndjson(body: &[u8]) -> Result<Vec<Parsed>, ApiError> {
 pub async fn enqueue_batch(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                "request body is over the size limit; split the batch",
+            )
+        } else {
+            ApiError::bad_request(
+                "bad_json",
+                format!("the body could not be read: {rejection}"),
+            )
+        }
+    })?;
     let traceparent = requests::traceparent(&headers)?;
     let parsed = if is_ndjson(&headers) {
         from_ndjson(&body)?

@@ -141,3 +141,18 @@ async fn a_batch_needs_a_json_or_ndjson_content_type() {
     assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{answer}");
     assert_eq!(answer["error"], "json_required");
 }
+
+#[tokio::test]
+async fn a_body_over_the_limit_is_a_json_413() {
+    let (app, _queue) = app(None).await;
+    let big = format!("[{}]", "0,".repeat(super::MAX_BODY / 2 + 1) + "0");
+    let request = Request::builder()
+        .method(Method::POST)
+        .uri("/jobs/batch")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(big))
+        .expect("request");
+    let (status, answer) = respond(&app, request).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{answer}");
+    assert_eq!(answer["error"], "body_too_large", "{answer}");
+}
