@@ -775,7 +775,13 @@ fn run_chaos(env: Env, plan: Plan) {
     );
     if scope_overlap > 0 {
         problems.push(format!(
-            "runs of one scope overlapped ({scope_overlap} extra)"
+            "runs of one scope overlapped ({scope_overlap} extra):\n{}",
+            overlaps
+                .iter()
+                .take(5)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
         ));
     }
     if pool_peak > POOL_CONCURRENCY {
@@ -784,14 +790,52 @@ fn run_chaos(env: Env, plan: Plan) {
             pool_excess(&runs, &pooled, &hits).join("\n")
         ));
     }
+    let kept = if problems.is_empty() {
+        String::new()
+    } else {
+        keep_evidence(&env, &jobs, &problems.join("\n"), plan.seed)
+    };
     assert!(
         problems.is_empty(),
-        "chaos seed {} found {} problems:\n{}\n--- warnings and errors the hosts logged ---\n{}",
+        "chaos seed {} found {} problems:\n{}\n{kept}\n--- warnings and errors the hosts logged ---\n{}",
         plan.seed,
         problems.len(),
         problems.join("\n"),
         host_warnings(&env)
     );
+}
+
+/// Copies what a failed run leaves behind into `/tmp/boxcar-chaos-SEED`
+/// (the test directory and the Postgres schema go when the test ends):
+/// every host's log, and `boxcar job ID` (the job and its attempts) for
+/// each job the problems name. Returns a line saying where.
+fn keep_evidence(env: &Env, jobs: &[Value], problems: &str, seed: u64) -> String {
+    let dir = std::env::temp_dir().join(format!("boxcar-chaos-{seed}"));
+    if std::fs::create_dir_all(&dir).is_err() {
+        return format!("(could not create {} to keep the evidence)", dir.display());
+    }
+    if let Ok(entries) = std::fs::read_dir(env.dir.path()) {
+        for path in entries.flatten().map(|e| e.path()) {
+            if let (Some(name), true) = (
+                path.file_name(),
+                path.extension().is_some_and(|e| e == "log"),
+            ) {
+                let _ = std::fs::copy(&path, dir.join(name));
+            }
+        }
+    }
+    for id in jobs
+        .iter()
+        .filter_map(|j| j["id"].as_str())
+        .filter(|id| problems.contains(id))
+    {
+        let output = env.run(&["--json", "job", id]);
+        let _ = std::fs::write(dir.join(format!("job-{id}.json")), &output.stdout);
+    }
+    format!(
+        "the hosts' logs and the named jobs' attempts are kept in {}",
+        dir.display()
+    )
 }
 
 /// How long the hosts may go without ending a single job, once the faults
