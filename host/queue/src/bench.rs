@@ -146,6 +146,31 @@ fn rust_backtrace() -> Option<String> {
 }
 
 impl BenchResult {
+    /// A line of `workload` on `store` with every figure `null` (each
+    /// workload sets its own) and this process's `RUST_BACKTRACE`.
+    fn of(cfg: &BenchConfig, store: &dyn JobStore, workload: &str, n: usize, c: u32) -> Self {
+        Self {
+            system: cfg.system.clone(),
+            store: store.backend().to_string(),
+            workload: workload.into(),
+            n,
+            c,
+            enqueue_batch_per_s: None,
+            enqueue_single_per_s: None,
+            work_per_s: None,
+            p50_ms: None,
+            p95_ms: None,
+            p99_ms: None,
+            rust_backtrace: rust_backtrace(),
+            types: None,
+            work_per_s_1_type: None,
+            idle_cpu_pct: None,
+            claim_calls: None,
+            complete_calls: None,
+            store_seconds: None,
+        }
+    }
+
     /// The JSON line.
     pub fn to_json_line(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
@@ -324,6 +349,32 @@ fn bench_job(job_type: &str, payload: &serde_json::Value, guarded: bool, i: usiz
     }
 }
 
+/// Enqueues `cfg.drain_jobs` jobs made by `job` in `add_many` batches of
+/// `cfg.batch_size`, then `cfg.single_jobs` one by one; returns both rates
+/// (jobs per second).
+async fn enqueue_timed(
+    queue: &Queue,
+    cfg: &BenchConfig,
+    job: impl Fn(usize) -> NewJob,
+) -> Result<(f64, f64), BenchError> {
+    let started = Instant::now();
+    let mut left = cfg.drain_jobs;
+    while left > 0 {
+        let k = left.min(cfg.batch_size.max(1));
+        queue
+            .add_many((0..k).map(|i| job(left + i)).collect())
+            .await?;
+        left -= k;
+    }
+    let batch_rate = cfg.drain_jobs as f64 / started.elapsed().as_secs_f64();
+    let started = Instant::now();
+    for i in 0..cfg.single_jobs {
+        queue.add(job(i)).await?;
+    }
+    let single_rate = cfg.single_jobs as f64 / started.elapsed().as_secs_f64();
+    Ok((batch_rate, single_rate))
+}
+
 async fn drain_with(
     store: Arc<dyn JobStore>,
     handler: Arc<dyn Handler>,
@@ -333,24 +384,8 @@ async fn drain_with(
     let job_type = fresh_type("drain");
     let queue = Queue::new(store.clone(), QueueOptions::default())?;
     let payload = serde_json::json!({"bench": true});
-    let t0 = Instant::now();
-    let mut left = cfg.drain_jobs;
-    while left > 0 {
-        let k = left.min(cfg.batch_size.max(1));
-        let batch = (0..k)
-            .map(|i| bench_job(&job_type, &payload, guarded, left + i))
-            .collect();
-        queue.add_many(batch).await?;
-        left -= k;
-    }
-    let batch_rate = cfg.drain_jobs as f64 / t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    for i in 0..cfg.single_jobs {
-        queue
-            .add(bench_job(&job_type, &payload, guarded, i))
-            .await?;
-    }
-    let single_rate = cfg.single_jobs as f64 / t1.elapsed().as_secs_f64();
+    let (batch_rate, single_rate) =
+        enqueue_timed(&queue, cfg, |i| bench_job(&job_type, &payload, guarded, i)).await?;
     let n = cfg.drain_jobs + cfg.single_jobs;
     let registry = Registry::new();
     let mut s = settings(cfg.drain_concurrency);
@@ -376,24 +411,19 @@ async fn drain_with(
     let calls = |op: StoreOp| of(op).map(|h| h.count);
     let seconds = |op: StoreOp| of(op).map_or(0.0, |h| (h.sum_seconds * 1000.0).round() / 1000.0);
     Ok(BenchResult {
-        system: cfg.system.clone(),
-        store: store.backend().to_string(),
-        workload: if guarded { "drain-guarded" } else { "drain" }.into(),
-        n,
-        c: cfg.drain_concurrency,
         enqueue_batch_per_s: Some(batch_rate.round()),
         enqueue_single_per_s: Some(single_rate.round()),
         work_per_s: Some((n as f64 / elapsed).round()),
-        p50_ms: None,
-        p95_ms: None,
-        p99_ms: None,
-        rust_backtrace: rust_backtrace(),
-        types: None,
-        work_per_s_1_type: None,
-        idle_cpu_pct: None,
         claim_calls: calls(StoreOp::Claim),
         complete_calls: calls(StoreOp::Complete),
         store_seconds: Some([seconds(StoreOp::Claim), seconds(StoreOp::Complete)]),
+        ..BenchResult::of(
+            cfg,
+            store.as_ref(),
+            if guarded { "drain-guarded" } else { "drain" },
+            n,
+            cfg.drain_concurrency,
+        )
     })
 }
 
@@ -473,23 +503,17 @@ async fn latency_with_producer(
         .collect();
     lat.sort_by(f64::total_cmp);
     Ok(BenchResult {
-        system: cfg.system.clone(),
-        store: store.backend().to_string(),
-        workload: workload.into(),
-        n: cfg.latency_jobs,
-        c: cfg.latency_concurrency,
-        enqueue_batch_per_s: None,
         enqueue_single_per_s: Some((cfg.latency_jobs as f64 / single.as_secs_f64()).round()),
         work_per_s: Some((cfg.latency_jobs as f64 / elapsed).round()),
         p50_ms: percentile(&lat, 0.50),
         p95_ms: percentile(&lat, 0.95),
         p99_ms: percentile(&lat, 0.99),
-        rust_backtrace: rust_backtrace(),
-        types: None,
-        work_per_s_1_type: None,
-        idle_cpu_pct: None,
-        claim_calls: None,
-        complete_calls: None,
-        store_seconds: None,
+        ..BenchResult::of(
+            cfg,
+            store.as_ref(),
+            workload,
+            cfg.latency_jobs,
+            cfg.latency_concurrency,
+        )
     })
 }

@@ -10,8 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    counter, fresh_type, rust_backtrace, settings, wait_done, worker_opts, BenchConfig, BenchError,
-    BenchResult,
+    counter, fresh_type, settings, wait_done, worker_opts, BenchConfig, BenchError, BenchResult,
 };
 use crate::handler::Handler;
 use crate::job::NewJob;
@@ -116,24 +115,17 @@ pub async fn types(
     let alone = drain_among(store.clone(), handler.clone(), cfg, 1, Duration::ZERO).await?;
     let among = drain_among(store.clone(), handler, cfg, types.types.max(1), types.idle).await?;
     Ok(BenchResult {
-        system: cfg.system.clone(),
-        store: store.backend().to_string(),
-        workload: "types".into(),
-        n: cfg.drain_jobs,
-        c: cfg.drain_concurrency,
-        enqueue_batch_per_s: None,
-        enqueue_single_per_s: None,
         work_per_s: Some(among.per_s.round()),
-        p50_ms: None,
-        p95_ms: None,
-        p99_ms: None,
-        rust_backtrace: rust_backtrace(),
         types: Some(types.types.max(1)),
         work_per_s_1_type: Some(alone.per_s.round()),
         idle_cpu_pct: among.idle_cpu_pct,
-        claim_calls: None,
-        complete_calls: None,
-        store_seconds: None,
+        ..BenchResult::of(
+            cfg,
+            store.as_ref(),
+            "types",
+            cfg.drain_jobs,
+            cfg.drain_concurrency,
+        )
     })
 }
 
