@@ -45,14 +45,38 @@ fn drained(serve: &Serve, timeout: Duration) -> bool {
     false
 }
 
-/// The resident set size of process `pid`, in KiB.
-fn rss_kib(pid: u32) -> u64 {
+/// A `/proc/PID/status` figure of process `pid` (`VmRSS:`, `RssAnon:`,
+/// `RssFile:`), in KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("a VmRSS line")
+        .unwrap_or_else(|| panic!("no {field} line"))
+}
+
+/// The resident set size of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// Where the resident memory of `pid` is, for the soak's report: anonymous
+/// and file-backed KiB, and what the idle pool slots hold (`/metrics`).
+fn rss_parts(serve: &Serve, pid: u32) -> String {
+    let (_, metrics) = http(&serve.listen, "GET", "/metrics", None, None);
+    let text = metrics.as_str().unwrap_or_default();
+    let pool: u64 = text
+        .lines()
+        .filter(|l| l.starts_with("boxcar_sandbox_idle_resident_bytes{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    format!(
+        "anon {} KiB, file {} KiB, idle pool slots {} KiB",
+        status_kib(pid, "RssAnon:"),
+        status_kib(pid, "RssFile:"),
+        pool >> 10
+    )
 }
 
 /// Every echo job, by id.
@@ -132,6 +156,7 @@ fn a_hundred_attacks_among_a_thousand_echoes_leave_the_host_as_it_was() {
     let mut failures = Vec::new();
     std::thread::sleep(Duration::from_secs(1));
     let at_start = rss_kib(pid);
+    let parts_at_start = rss_parts(&serve, pid);
 
     // Warm-up: every attack once, among echoes, so pools and caches settle.
     let started = Instant::now();
@@ -176,9 +201,11 @@ fn a_hundred_attacks_among_a_thousand_echoes_leave_the_host_as_it_was() {
     let soaked = started.elapsed();
     std::thread::sleep(Duration::from_secs(1));
     let after = rss_kib(pid);
+    let parts_after = rss_parts(&serve, pid);
     eprintln!(
         "containment soak: {} attack kinds; warm-up {warmed:?}; enqueue {enqueued:?}; soak {soaked:?}; \
-         RSS at start {at_start} KiB, after warm-up {after_warm_up} KiB, after soak {after} KiB",
+         RSS at start {at_start} KiB ({parts_at_start}), after warm-up {after_warm_up} KiB, \
+         after soak {after} KiB ({parts_after})",
         attacks.len()
     );
 
@@ -197,7 +224,7 @@ fn a_hundred_attacks_among_a_thousand_echoes_leave_the_host_as_it_was() {
     failures.extend(attack_failures(&serve, &ran));
     if after > at_start + RSS_SLACK_KIB {
         failures.push(format!(
-            "RSS grew from {at_start} KiB before the first job ({after_warm_up} KiB after the warm-up round) to {after} KiB after the soak (more than {RSS_SLACK_KIB} KiB)"
+            "RSS grew from {at_start} KiB before the first job ({parts_at_start}; {after_warm_up} KiB after the warm-up round) to {after} KiB after the soak ({parts_after}; more than {RSS_SLACK_KIB} KiB)"
         ));
     }
     match scratch_leftovers(&scratch) {

@@ -152,6 +152,20 @@ fn metrics_answer_questions_after_a_workload() {
     expect(r#"boxcar_jobs_running{job_type="sleep"}"#, 1.0);
     expect(r#"boxcar_handler_deploys_total{job_type="echo"}"#, 1.0);
     expect("boxcar_handler_rejections_total", 1.0);
+    for kind in ["memory", "table", "stack"] {
+        let slots = format!(r#"boxcar_sandbox_idle_slots{{kind="{kind}"}}"#);
+        let bytes = format!(r#"boxcar_sandbox_idle_resident_bytes{{kind="{kind}"}}"#);
+        assert!(
+            sample(&text, &slots).is_some_and(|n| n <= 16.0) && sample(&text, &bytes).is_some(),
+            "{slots} and {bytes} (within the default warm_slots) in:
+{text}"
+        );
+    }
+    assert!(
+        sample(&text, r#"boxcar_sandbox_idle_slots{kind="memory"}"#).is_some_and(|n| n >= 1.0),
+        "the finished echo jobs left a warm memory slot:
+{text}"
+    );
     expect(
         r#"boxcar_store_round_trip_seconds_count{op="enqueue"}"#,
         10.0,

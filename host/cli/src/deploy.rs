@@ -145,6 +145,11 @@ pub struct Deployer {
 }
 
 impl Deployer {
+    /// The sandbox the deployed handlers run in.
+    pub fn sandbox(&self) -> &Sandbox {
+        &self.sandbox
+    }
+
     /// A deployer for `dir`; call [`Deployer::reconcile`] or [`Deployer::watch`].
     pub fn new(
         dir: PathBuf,

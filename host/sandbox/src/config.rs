@@ -50,6 +50,16 @@ pub struct SandboxConfig {
     /// that has run a job. Default 2 MiB (more changed nothing for those
     /// guests); at most 1 GiB.
     pub memory_keep_resident: usize,
+    /// Idle pool slots that stay warm (only with `pooling`): a slot a job
+    /// has finished in keeps its module's memory mapping and up to
+    /// `memory_keep_resident` bytes resident, so the next job of that
+    /// module starts faster. Once this many idle slots are warm, a job of
+    /// another module takes the least recently used warm slot instead of a
+    /// fresh one, so the memory idle slots hold stays within about
+    /// `warm_slots × (memory_keep_resident + 192 KiB)` (a memory, a table
+    /// and a stack per slot) however many handlers are deployed and however
+    /// many jobs have run. Default 16; at most 100,000.
+    pub warm_slots: u32,
     /// Largest linear memory any handler may be granted, in bytes; handler
     /// `memory` limits above it are rejected at load. Default 1 GiB.
     pub max_memory: u64,
@@ -86,6 +96,7 @@ impl Default for SandboxConfig {
             job_memories: 2,
             job_tables: 10,
             memory_keep_resident: 2 << 20,
+            warm_slots: 16,
             max_memory: 1 << 30,
             cache_dir: None,
             max_wasm_stack: 512 << 10,
@@ -182,6 +193,12 @@ impl SandboxConfig {
             if value == 0 || value > 1000 {
                 return bad(field, format!("{value} is outside 1..=1000"));
             }
+        }
+        if self.warm_slots > 100_000 {
+            return bad(
+                "warm_slots",
+                format!("{} is outside 0..=100000", self.warm_slots),
+            );
         }
         if self.memory_keep_resident > 1 << 30 {
             return bad(

@@ -57,4 +57,4 @@ pub use http::HttpOrigin;
 pub use loaded_handler::{LoadReport, LoadedHandler};
 pub use module_bytes::ModuleBytes;
 pub use precompile::{precompile, CodegenSettings};
-pub use sandbox::{Compiler, Sandbox};
+pub use sandbox::{Compiler, PoolResidency, Sandbox};

@@ -106,8 +106,20 @@ impl Sandbox {
                 .table_keep_resident(64 << 10)
                 .async_stack_keep_resident(128 << 10)
                 .pagemap_scan(wasmtime::Enabled::Auto)
-                .decommit_batch_size(8);
+                // What a job dirtied past `keep_resident` goes back to the
+                // system when the job ends, not after a batch of later
+                // jobs: a guest that filled 1 GiB does not keep it resident.
+                .decommit_batch_size(1)
+                // Idle slots keep memory resident; bound how many stay warm
+                // so that the idle total does not grow with every module
+                // deployed or every slot ever used.
+                .max_unused_warm_slots(config.warm_slots);
             wc.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            // A finished job's stack is zeroed up to the 128 KiB kept
+            // resident and the rest given back: a deep recursion does not
+            // leave its pages resident in the slot, and no job's stack
+            // bytes reach the next guest that uses the slot.
+            wc.async_stack_zeroing(true);
         }
         let engine = Engine::new(&wc).map_err(engine_err)?;
         let mut linker = Linker::new(&engine);
@@ -167,6 +179,19 @@ impl Sandbox {
     /// Loads served from the on-disk cache since the sandbox was built.
     pub fn cache_hits(&self) -> u64 {
         self.shared.cache_hits.load(Ordering::Relaxed)
+    }
+
+    /// What the pool's idle slots hold, or `None` without `pooling`.
+    pub fn pool_residency(&self) -> Option<PoolResidency> {
+        let metrics = self.shared.engine.pooling_allocator_metrics()?;
+        Some(PoolResidency {
+            warm_memories: metrics.unused_warm_memories(),
+            memory_bytes: metrics.unused_memory_bytes_resident(),
+            warm_tables: metrics.unused_warm_tables(),
+            table_bytes: metrics.unused_table_bytes_resident(),
+            warm_stacks: metrics.unused_warm_stacks(),
+            stack_bytes: metrics.unused_stack_bytes_resident().unwrap_or(0),
+        })
     }
 
     /// Reserves pool instances for the handler called `handler`: the most
@@ -380,4 +405,22 @@ impl Sandbox {
         );
         Ok((Arc::new(handler), report))
     }
+}
+
+/// Idle pool slots and the bytes they keep resident
+/// ([`Sandbox::pool_residency`]): bounded by `SandboxConfig::warm_slots`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolResidency {
+    /// Idle linear-memory slots that keep a module's mapping.
+    pub warm_memories: u32,
+    /// Bytes those memory slots keep resident.
+    pub memory_bytes: usize,
+    /// Idle table slots that keep a module's mapping.
+    pub warm_tables: u32,
+    /// Bytes those table slots keep resident.
+    pub table_bytes: usize,
+    /// Idle stack slots that have run a job.
+    pub warm_stacks: u32,
+    /// Bytes those stacks keep resident.
+    pub stack_bytes: usize,
 }

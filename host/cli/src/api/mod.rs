@@ -538,6 +538,10 @@ async fn metrics_text(State(state): State<AppState>) -> Result<Response, ApiErro
         live: &live,
         queue: state.queue.metrics(),
         dropped_events: state.queue.dropped_lifecycle_events(),
+        pool: state
+            .deployer
+            .as_ref()
+            .and_then(|deployer| deployer.sandbox().pool_residency()),
     });
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }

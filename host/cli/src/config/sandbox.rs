@@ -30,6 +30,7 @@ pub(super) struct RawSandbox {
     scratch_dir: Option<PathBuf>,
     fuel: Option<bool>,
     keep_resident: Option<ByteSize>,
+    warm_slots: Option<i64>,
     scratch_mode: Option<String>,
     pool_instances: Option<i64>,
     job_instances: Option<i64>,
@@ -114,6 +115,12 @@ pub(super) fn resolve(raw: RawSandbox) -> Result<SandboxSettings, String> {
             .map_or(defaults.memory_keep_resident, |b| {
                 usize::try_from(b.0).unwrap_or(usize::MAX)
             }),
+        warm_slots: match raw.warm_slots {
+            None => defaults.warm_slots,
+            Some(n) => u32::try_from(n).map_err(|_| {
+                format!("invalid option `sandbox.warm_slots`: {n} is outside 0..=100000")
+            })?,
+        },
         cache_dir: raw.cache_dir,
         scratch_dir: raw.scratch_dir,
         fuel: raw.fuel.unwrap_or(defaults.fuel),
@@ -178,7 +185,7 @@ mod tests {
     #[test]
     fn every_key_reaches_the_sandbox_config() {
         let settings = sandbox(
-            "[sandbox]\nepoch_tick = \"2ms\"\npooling = false\ncache_dir = \"/c\"\nscratch_dir = \"/srv/boxcar-scratch\"\nfuel = true\nkeep_resident = \"1MiB\"\nscratch_mode = \"directory\"\npool_instances = 12\njob_instances = 30\njob_memories = 20\njob_tables = 11\nmax_module = \"1MiB\"\ncompile_memory = \"64MiB\"\ncompile_timeout = \"5s\"\n",
+            "[sandbox]\nepoch_tick = \"2ms\"\npooling = false\ncache_dir = \"/c\"\nscratch_dir = \"/srv/boxcar-scratch\"\nfuel = true\nkeep_resident = \"1MiB\"\nwarm_slots = 3\nscratch_mode = \"directory\"\npool_instances = 12\njob_instances = 30\njob_memories = 20\njob_tables = 11\nmax_module = \"1MiB\"\ncompile_memory = \"64MiB\"\ncompile_timeout = \"5s\"\n",
         )
         .expect("valid");
         let config = settings.sandbox_config();
@@ -191,6 +198,7 @@ mod tests {
         );
         assert!(config.fuel);
         assert_eq!(config.memory_keep_resident, 1 << 20);
+        assert_eq!(config.warm_slots, 3);
         assert_eq!(config.scratch_mode, ScratchMode::Directory);
         assert_eq!(
             (
@@ -217,6 +225,8 @@ mod tests {
             ("[sandbox]\njob_memories = 0\n", "sandbox.job_memories"),
             ("[sandbox]\njob_instances = 1001\n", "sandbox.job_instances"),
             ("[sandbox]\njob_tables = -1\n", "sandbox.job_tables"),
+            ("[sandbox]\nwarm_slots = -1\n", "sandbox.warm_slots"),
+            ("[sandbox]\nwarm_slots = 100001\n", "sandbox.warm_slots"),
             (
                 "[sandbox]\nkeep_resident = \"2GiB\"\n",
                 "sandbox.keep_resident",

@@ -15,5 +15,6 @@ mod logs;
 mod memory;
 mod outcomes;
 mod pool;
+mod residency;
 mod scratch;
 mod timing;

@@ -19,6 +19,7 @@ use std::{
 use boxcar_queue::{
     metrics::QueueMetrics, LifecycleEvent, LifecycleObserver, StatusCounts, TypeCounts,
 };
+use boxcar_sandbox::PoolResidency;
 use parking_lot::Mutex;
 
 use text::{Exposition, Kind};
@@ -56,6 +57,9 @@ pub struct Scrape<'a> {
     pub queue: &'a QueueMetrics,
     /// Lifecycle events the observers missed.
     pub dropped_events: u64,
+    /// What the sandbox's idle pool slots hold, on a host that runs
+    /// handlers with pooling.
+    pub pool: Option<PoolResidency>,
 }
 
 impl Metrics {
@@ -66,6 +70,9 @@ impl Metrics {
         render_store_gauges(&mut e, scrape);
         render_runs(&mut e, scrape.queue);
         render_store_and_deploys(&mut e, scrape.queue);
+        if let Some(pool) = scrape.pool {
+            render_pool(&mut e, &pool);
+        }
         e.finish()
     }
 
@@ -233,4 +240,29 @@ fn render_store_and_deploys(e: &mut Exposition, queue: &QueueMetrics) {
         "Handlers this host undeployed.",
     );
     e.sample("boxcar_handler_removals_total", &[], deploys.removed);
+}
+
+fn render_pool(e: &mut Exposition, pool: &PoolResidency) {
+    e.family(
+        "boxcar_sandbox_idle_slots",
+        Kind::Gauge,
+        "Idle instance-pool slots that have run a job and stay warm, by kind (memory, table, stack); at most about [sandbox] warm_slots each.",
+    );
+    e.family(
+        "boxcar_sandbox_idle_resident_bytes",
+        Kind::Gauge,
+        "Bytes the idle warm pool slots keep resident, by kind (memory, table, stack).",
+    );
+    for (kind, slots, bytes) in [
+        ("memory", pool.warm_memories, pool.memory_bytes),
+        ("table", pool.warm_tables, pool.table_bytes),
+        ("stack", pool.warm_stacks, pool.stack_bytes),
+    ] {
+        e.sample("boxcar_sandbox_idle_slots", &[("kind", kind)], slots);
+        e.sample(
+            "boxcar_sandbox_idle_resident_bytes",
+            &[("kind", kind)],
+            bytes,
+        );
+    }
 }
