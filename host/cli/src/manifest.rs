@@ -254,12 +254,8 @@ fn load_schema(
     schema: &Path,
 ) -> Result<(serde_json::Value, Arc<JsonSchemaValidator>), String> {
     let full = manifest.parent().unwrap_or(Path::new(".")).join(schema);
-    let text = std::fs::read_to_string(&full).map_err(|error| {
-        format!(
-            "handler.payload_schema: cannot read {}: {error}",
-            full.display()
-        )
-    })?;
+    let text = read_schema_file(&full)
+        .map_err(|why| format!("handler.payload_schema: {}: {why}", full.display()))?;
     let value: serde_json::Value = serde_json::from_str(&text).map_err(|error| {
         format!(
             "handler.payload_schema: {} is not JSON: {error}",
@@ -269,6 +265,45 @@ fn load_schema(
     let validator = JsonSchemaValidator::new(&value)
         .map_err(|error| format!("handler.payload_schema: {}: {error}", full.display()))?;
     Ok((value, Arc::new(validator)))
+}
+
+/// Largest `payload_schema` file read.
+const MAX_SCHEMA_BYTES: u64 = 1 << 20;
+
+/// The text of a schema file: a regular file of at most
+/// [`MAX_SCHEMA_BYTES`]. Opened without blocking and checked on the open
+/// handle, so a FIFO, a device such as `/dev/zero` or a file swapped for
+/// one after a check cannot hang the deploy or grow the host's memory.
+fn read_schema_file(path: &Path) -> Result<String, String> {
+    use std::{io::Read, os::unix::fs::OpenOptionsExt};
+
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|error| format!("cannot read it: {error}"))?;
+    let meta = file
+        .metadata()
+        .map_err(|error| format!("cannot read it: {error}"))?;
+    if !meta.is_file() {
+        return Err("is not a regular file: name a JSON file".to_string());
+    }
+    if meta.len() > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "is {} bytes, more than the {MAX_SCHEMA_BYTES} a schema may hold",
+            meta.len()
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_SCHEMA_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|error| format!("cannot read it as UTF-8 text: {error}"))?;
+    if text.len() as u64 > MAX_SCHEMA_BYTES {
+        return Err(format!(
+            "grew past the {MAX_SCHEMA_BYTES} bytes a schema may hold while it was read"
+        ));
+    }
+    Ok(text)
 }
 
 /// Parses `text` as `handlers/x.toml`.
@@ -460,5 +495,38 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(error.contains("not a valid JSON Schema"), "{error}");
+    }
+
+    #[test]
+    fn payload_schema_must_be_a_small_regular_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo.json");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("run mkfifo");
+        assert!(made.success(), "mkfifo failed");
+        std::fs::write(
+            dir.path().join("big.json"),
+            vec![b' '; (MAX_SCHEMA_BYTES + 1) as usize],
+        )
+        .expect("write");
+        for (schema, expected) in [
+            ("/dev/zero", "not a regular file"),
+            ("fifo.json", "not a regular file"),
+            (".", "not a regular file"),
+            ("big.json", "more than the"),
+        ] {
+            let error = Manifest::parse(
+                &dir.path().join("h.toml"),
+                &format!("[handler]\njob_type = \"a\"\npayload_schema = \"{schema}\"\n"),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                error.contains("payload_schema") && error.contains(expected),
+                "{schema}: {error}"
+            );
+        }
     }
 }
