@@ -316,6 +316,9 @@ struct Run {
     host: String,
     start: u128,
     end: Option<u128>,
+    /// When its host closed the run, per the host's log (after the guest
+    /// was stopped), if the host lived to log it.
+    closed: Option<u128>,
     /// When the next run of the same job began, if one did.
     next_start: Option<u128>,
 }
@@ -340,10 +343,64 @@ fn read_journal(dir: &Path) -> Vec<Run> {
             host: host.to_string(),
             start: start.parse().expect("start"),
             end,
+            closed: None,
             next_start: None,
         });
     }
     runs
+}
+
+/// When each host closed each run: the `job{job_id=… attempt=…}:
+/// boxcar::job: close` lines of the hosts' logs (`HOST-GENERATION.log`),
+/// by (job, attempt, host).
+fn closes_from_logs(dir: &Path) -> HashMap<(String, u64, String), u128> {
+    let mut closes = HashMap::new();
+    for path in std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+    {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let Some((host, _)) = name.strip_suffix(".log").and_then(|n| n.split_once('-')) else {
+            continue;
+        };
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        for line in text.lines().filter(|l| l.contains("}: boxcar::job: close")) {
+            let field = |key: &str| {
+                let rest = &line[line.find(key)? + key.len()..];
+                Some(rest[..rest.find([' ', '}'])?].to_string())
+            };
+            let (Some(job), Some(attempt), Some(stamp)) = (
+                field("job_id="),
+                field(" attempt=").and_then(|a| a.parse::<u64>().ok()),
+                line.split_whitespace().next(),
+            ) else {
+                continue;
+            };
+            let Some(at) = chrono::DateTime::parse_from_rfc3339(stamp)
+                .ok()
+                .and_then(|t| t.timestamp_nanos_opt())
+                .and_then(|ns| u128::try_from(ns).ok())
+            else {
+                continue;
+            };
+            closes.insert((job, attempt, host.to_string()), at);
+        }
+    }
+    closes
+}
+
+/// Sets each run's `closed` from the hosts' logs in `dir`.
+fn link_closes(runs: &mut [Run], dir: &Path) {
+    let closes = closes_from_logs(dir);
+    for run in runs.iter_mut() {
+        run.closed = closes
+            .get(&(run.job.clone(), run.attempt, run.host.clone()))
+            .copied();
+    }
 }
 
 /// Sets each run's `next_start`.
@@ -383,7 +440,9 @@ fn all_jobs(env: &Env) -> Vec<Value> {
 /// The end of a run for overlap checks. A finished run ends at its `end`
 /// line — or, unless `late`, when its host was stopped, if that came first
 /// (a stopped process runs nothing; what it does after SIGCONT is late). A
-/// run cut short ends at the first fault on its host after it started
+/// run cut short that its host lived to close ends when the host closed
+/// it (its log's `close` line, written once the guest was stopped), or
+/// when stopped as above. Otherwise it ends at the first fault on its host after it started
 /// (SIGTERM allows the graces) — or when the next run of the same job
 /// began, if that came first: the job was claimed again only after this
 /// run's lease ran out in the store, and its host stops the guest once it
@@ -398,7 +457,7 @@ fn run_end(run: &Run, hits: &[Hit], late: bool) -> u128 {
         .filter(|h| h.host == run.host && h.at >= run.start)
         .min_by_key(|h| h.at);
     let next = run.next_start.unwrap_or(u128::MAX);
-    match (run.end, first) {
+    match (run.end.or(run.closed), first) {
         (Some(end), Some(hit)) if !late && hit.fault == Fault::Stop && hit.at < end => hit.at,
         (Some(end), _) => end,
         (None, Some(hit)) if hit.fault == Fault::Term => (hit.at + TERM_RUNS_ON).min(next),
@@ -638,6 +697,7 @@ fn run_chaos(env: Env, plan: Plan) {
     let jobs = all_jobs(&env);
     let mut runs = read_journal(&journal);
     link_next_starts(&mut runs);
+    link_closes(&mut runs, env.dir.path());
     let mut by_job: HashMap<String, Vec<Run>> = HashMap::new();
     for run in &runs {
         by_job.entry(run.job.clone()).or_default().push(run.clone());
@@ -723,6 +783,7 @@ fn run_chaos(env: Env, plan: Plan) {
         for pair in sorted.windows(2) {
             let end = run_end(pair[0], &hits, false);
             let uncertain = pair[0].end.is_none()
+                && pair[0].closed.is_none()
                 && !hits
                     .iter()
                     .any(|h| h.host == pair[0].host && h.at >= pair[0].start);
@@ -979,4 +1040,23 @@ fn chaos_long() {
         };
         run_chaos(Env::with_db(url), plan);
     }
+}
+
+#[test]
+fn run_closes_are_read_from_the_hosts_logs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("h0-1054.log"),
+        "2026-12-03T10:14:37.699095Z  INFO boxcar::commands::serve: boxcar host started worker_id=\"h0\"\n\
+         2026-12-03T10:14:40.712866Z  INFO job{job_id=01a23b65-173a job_type=pooled attempt=1 digest=40 outcome=\"lease_lost\"}: boxcar::job: close time.busy=2.81ms time.idle=58.0ms\n\
+         2026-12-03T10:14:41.000000Z  INFO job{job_id=01a23b65-18b0 job_type=pooled attempt=2 digest=40 outcome=\"succeeded\" error=\"attempt=9\"}: boxcar::job: close time.busy=1ms\n",
+    )
+    .expect("write log");
+    let closes = closes_from_logs(dir.path());
+    assert_eq!(closes.len(), 2, "{closes:?}");
+    assert_eq!(
+        closes.get(&("01a23b65-173a".to_string(), 1, "h0".to_string())),
+        Some(&1_796_292_880_712_866_000)
+    );
+    assert!(closes.contains_key(&("01a23b65-18b0".to_string(), 2, "h0".to_string())));
 }

@@ -33,6 +33,7 @@ mod deployed_types;
 mod due;
 mod events;
 mod history;
+mod insert;
 mod rows;
 mod schedules;
 mod tx;
@@ -230,7 +231,7 @@ sql_job_store!(SqliteStore {
         jobs: Vec<InsertJob>,
     ) -> Result<Vec<AddResult>, StoreError> {
         match conn {
-            TxConn::Sqlite(c) => writes::insert_all(c, &jobs).await,
+            TxConn::Sqlite(c) => insert::insert_all(c, &jobs).await,
             #[allow(unreachable_patterns)]
             _ => Err(StoreError::Unsupported(
                 "this queue uses SQLite; enqueue through a SQLite transaction on the same file"

@@ -8,9 +8,9 @@
 
 use chrono::{DateTime, Utc};
 
+use super::insert::insert_all;
 use super::rows::{json_list, ms};
 use super::tx::SqliteTx;
-use super::writes::insert_all;
 use super::SqliteStore;
 use crate::job::AddResult;
 use crate::schedule::ScheduleRecord;

@@ -1,8 +1,5 @@
-//! Job writes on SQLite: insert, claim, renew, complete, retry, fail,
-//! release, progress.
-//!
-//! An insert takes a job's unset attempt budget from the type's newest
-//! deploy in the same statement (see `store::deployed_types`).
+//! Job writes on SQLite: insert (the rows: `insert`), claim, renew,
+//! complete, retry, fail, release, progress.
 //!
 //! Invariant: every state change is a single conditional `UPDATE`, fenced
 //! on the claim (`status = running AND lease_owner = worker AND attempts =
@@ -17,108 +14,17 @@
 use std::sync::LazyLock;
 
 use chrono::Utc;
-use sqlx::SqliteConnection;
 
 use super::rows::{claim_lists, ms};
-use super::{history, tx, SqliteStore};
+use super::{history, insert, tx, SqliteStore};
 use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, JobStatus};
-use crate::store::sql::{
-    endings_json, jobs_from_rows, logs_json, type_max_attempts, SqlEnding, JOB_COLS, LIVE,
-};
+use crate::store::sql::{endings_json, jobs_from_rows, logs_json, SqlEnding, JOB_COLS, LIVE};
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams,
     RenewParams, RetryParams, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR,
 };
 use crate::time;
-
-/// One job row; the attempt budget is the job's, else the type's newest
-/// deploy's, else the job's default.
-static INSERT: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "INSERT INTO boxcar_jobs (id, job_type, payload, scope_type, scope_id, status, \
-         priority, run_at, attempts, max_attempts, dedupe_key, parent_id, schedule_id, expires_at, \
-         created_at, updated_at, traceparent) \
-         VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, 0, COALESCE(?, {}, ?), ?, ?, ?, ?, ?, ?, ?) \
-         ON CONFLICT DO NOTHING",
-        type_max_attempts("boxcar_deployed_types", "?")
-    )
-});
-
-/// Inserts jobs on `conn` (the caller owns the transaction).
-pub(super) async fn insert_all(
-    conn: &mut SqliteConnection,
-    jobs: &[InsertJob],
-) -> Result<Vec<AddResult>, StoreError> {
-    let now = ms(Utc::now());
-    let insert = &*INSERT;
-    let mut out = Vec::with_capacity(jobs.len());
-    for j in jobs {
-        if let Some(p) = &j.parent_id {
-            let in_batch = jobs.iter().any(|o| &o.id == p);
-            if !in_batch {
-                let found = sqlx::query("SELECT 1 FROM boxcar_jobs WHERE id = ?")
-                    .bind(p)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-                if found.is_none() {
-                    return Err(StoreError::UnknownParent(p.clone()));
-                }
-            }
-        }
-        let run_at = time::after_ms(j.run_at.map_or(now, ms), j.delay);
-        let expires = j
-            .expires_at
-            .map(ms)
-            .or_else(|| j.ttl.map(|t| time::after_ms(now, t)));
-        let done = sqlx::query(insert)
-            .bind(&j.id)
-            .bind(&j.job_type)
-            .bind(&j.payload)
-            .bind(j.scope.as_ref().map(|s| s.scope_type.as_str()))
-            .bind(j.scope.as_ref().map(|s| s.scope_id.as_str()))
-            .bind(j.priority)
-            .bind(run_at)
-            .bind(j.max_attempts.map(i64::from))
-            .bind(&j.job_type)
-            .bind(i64::from(j.default_max_attempts))
-            .bind(&j.dedupe_key)
-            .bind(&j.parent_id)
-            .bind(&j.schedule_id)
-            .bind(expires)
-            .bind(now)
-            .bind(now)
-            .bind(&j.traceparent)
-            .execute(&mut *conn)
-            .await?;
-        if done.rows_affected() == 1 {
-            out.push(AddResult {
-                id: j.id.clone(),
-                deduplicated: false,
-            });
-            continue;
-        }
-        let existing: Option<String> = sqlx::query_scalar(&format!(
-            "SELECT id FROM boxcar_jobs WHERE dedupe_key = ? AND {LIVE}"
-        ))
-        .bind(&j.dedupe_key)
-        .fetch_optional(&mut *conn)
-        .await?;
-        match existing {
-            Some(id) => out.push(AddResult {
-                id,
-                deduplicated: true,
-            }),
-            None => {
-                return Err(StoreError::Corrupt(format!(
-                    "insert of job `{}` conflicted but no live duplicate exists",
-                    j.id
-                )))
-            }
-        }
-    }
-    Ok(out)
-}
 
 pub(super) async fn add_many(
     store: &SqliteStore,
@@ -126,7 +32,7 @@ pub(super) async fn add_many(
 ) -> Result<Vec<AddResult>, StoreError> {
     let _w = store.write.lock().await;
     let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
-    let out = insert_all(&mut tx, &jobs).await?;
+    let out = insert::insert_all(&mut tx, &jobs).await?;
     tx.commit().await?;
     let mut types: Vec<&str> = jobs.iter().map(|j| j.job_type.as_str()).collect();
     types.sort_unstable();

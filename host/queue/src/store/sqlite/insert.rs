@@ -1,0 +1,155 @@
+//! Job inserts on SQLite: many jobs per statement.
+//!
+//! The jobs of a batch are bound as one JSON array and inserted with one
+//! `INSERT … SELECT FROM json_each(?) … ON CONFLICT DO NOTHING RETURNING
+//! id` per chunk, in batch order, instead of one statement per job (each
+//! statement is a round trip to sqlx's connection thread). A job's unset
+//! attempt budget is the type's newest deploy's, else its default (see
+//! `store::deployed_types`).
+//!
+//! Invariants: the caller holds the write transaction (`BEGIN IMMEDIATE`),
+//! so nothing else inserts between the statement and the dedupe lookup; a
+//! job that was not inserted is a duplicate of a live job with its dedupe
+//! key (an earlier job of the same batch included), else the batch fails
+//! as corrupt; a parent outside the batch must exist.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
+
+use chrono::Utc;
+use serde_json::{json, Value};
+use sqlx::SqliteConnection;
+
+use super::rows::ms;
+use crate::job::AddResult;
+use crate::store::sql::{type_max_attempts, LIVE};
+use crate::store::{InsertJob, StoreError};
+use crate::time;
+
+/// Jobs per statement: bounds the JSON text bound at once.
+const CHUNK: usize = 500;
+
+/// `?1` the rows (a JSON array of [`row`] arrays), `?2` now in ms.
+static INSERT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "INSERT INTO boxcar_jobs (id, job_type, payload, scope_type, scope_id, status, \
+         priority, run_at, attempts, max_attempts, dedupe_key, parent_id, schedule_id, expires_at, \
+         created_at, updated_at, traceparent) \
+         SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4, \
+           'pending', r.value ->> 5, r.value ->> 6, 0, \
+           COALESCE(r.value ->> 7, {type_max}, r.value ->> 8), \
+           r.value ->> 9, r.value ->> 10, r.value ->> 11, r.value ->> 12, ?2, ?2, r.value ->> 13 \
+         FROM json_each(?1) AS r WHERE true \
+         ON CONFLICT DO NOTHING RETURNING id",
+        type_max = type_max_attempts("boxcar_deployed_types", "(r.value ->> 1)")
+    )
+});
+
+/// One job as the positional array [`INSERT`] reads.
+fn row(j: &InsertJob, now: i64) -> Value {
+    let expires = j
+        .expires_at
+        .map(ms)
+        .or_else(|| j.ttl.map(|t| time::after_ms(now, t)));
+    json!([
+        j.id,
+        j.job_type,
+        j.payload,
+        j.scope.as_ref().map(|s| s.scope_type.as_str()),
+        j.scope.as_ref().map(|s| s.scope_id.as_str()),
+        j.priority,
+        time::after_ms(j.run_at.map_or(now, ms), j.delay),
+        j.max_attempts,
+        j.default_max_attempts,
+        j.dedupe_key,
+        j.parent_id,
+        j.schedule_id,
+        expires,
+        j.traceparent,
+    ])
+}
+
+/// Inserts jobs on `conn` (the caller owns the transaction); one answer
+/// per job, in order.
+pub(super) async fn insert_all(
+    conn: &mut SqliteConnection,
+    jobs: &[InsertJob],
+) -> Result<Vec<AddResult>, StoreError> {
+    check_parents(conn, jobs).await?;
+    let now = ms(Utc::now());
+    let mut inserted: HashSet<String> = HashSet::with_capacity(jobs.len());
+    for chunk in jobs.chunks(CHUNK) {
+        let rows = Value::Array(chunk.iter().map(|j| row(j, now)).collect());
+        let ids: Vec<String> = sqlx::query_scalar(&INSERT)
+            .bind(rows.to_string())
+            .bind(now)
+            .fetch_all(&mut *conn)
+            .await?;
+        inserted.extend(ids);
+    }
+    let duplicates = live_duplicates(conn, jobs, &inserted).await?;
+    jobs.iter()
+        .map(|j| {
+            if inserted.contains(&j.id) {
+                return Ok(AddResult {
+                    id: j.id.clone(),
+                    deduplicated: false,
+                });
+            }
+            match j.dedupe_key.as_ref().and_then(|k| duplicates.get(k)) {
+                Some(existing) => Ok(AddResult {
+                    id: existing.clone(),
+                    deduplicated: true,
+                }),
+                None => Err(StoreError::Corrupt(format!(
+                    "insert of job `{}` conflicted but no live duplicate exists",
+                    j.id
+                ))),
+            }
+        })
+        .collect()
+}
+
+/// Fails with the first parent that is neither in the batch nor stored.
+async fn check_parents(conn: &mut SqliteConnection, jobs: &[InsertJob]) -> Result<(), StoreError> {
+    let in_batch: HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    let mut checked: HashSet<&str> = HashSet::new();
+    for parent in jobs.iter().filter_map(|j| j.parent_id.as_deref()) {
+        if in_batch.contains(parent) || !checked.insert(parent) {
+            continue;
+        }
+        let found = sqlx::query("SELECT 1 FROM boxcar_jobs WHERE id = ?")
+            .bind(parent)
+            .fetch_optional(&mut *conn)
+            .await?;
+        if found.is_none() {
+            return Err(StoreError::UnknownParent(parent.to_string()));
+        }
+    }
+    Ok(())
+}
+
+/// Dedupe key → the live job holding it, for the jobs not inserted.
+async fn live_duplicates(
+    conn: &mut SqliteConnection,
+    jobs: &[InsertJob],
+    inserted: &HashSet<String>,
+) -> Result<HashMap<String, String>, StoreError> {
+    let keys: Vec<&str> = jobs
+        .iter()
+        .filter(|j| !inserted.contains(&j.id))
+        .filter_map(|j| j.dedupe_key.as_deref())
+        .collect();
+    let mut live = HashMap::new();
+    for chunk in keys.chunks(CHUNK) {
+        let rows: Vec<(String, String)> = sqlx::query_as(&format!(
+            "SELECT dedupe_key, id FROM boxcar_jobs \
+             WHERE dedupe_key IN (SELECT value FROM json_each(?)) AND {LIVE}"
+        ))
+        .bind(json!(chunk).to_string())
+        .fetch_all(&mut *conn)
+        .await?;
+        live.extend(rows);
+    }
+    Ok(live)
+}
