@@ -86,3 +86,35 @@ impl std::io::Write for LogWriter {
         Ok(())
     }
 }
+
+/// Runs `child` (a test of this binary, ignored or not) alone in a process
+/// of its own and returns the number it printed after `marker`.
+pub fn figure_from_child(child: &str, marker: &str) -> u64 {
+    let exe = std::env::current_exe().expect("test binary path");
+    let out = std::process::Command::new(exe)
+        .args([
+            child,
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+            "--include-ignored",
+        ])
+        .output()
+        .expect("run the child test");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "child {child} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .split(marker)
+        .nth(1)
+        .map(|rest| {
+            rest.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .and_then(|digits| digits.parse().ok())
+        .unwrap_or_else(|| panic!("the child printed no {marker}:\n{stdout}"))
+}

@@ -4,11 +4,11 @@
 //! does not grow by the sum; with pooling, a component holding more
 //! memories than one job's share of the pool is refused at load.
 
-use std::{process::Command, time::Duration};
+use std::time::Duration;
 
 use boxcar_sandbox::{Capabilities, HandlerLimits, Outcome, Sandbox, SandboxConfig, SandboxError};
 
-use crate::common::{cache_dir, sandbox, CPU};
+use crate::common::{cache_dir, figure_from_child, sandbox, CPU};
 use boxcar_queue::testing::{context, job_run};
 
 /// The child test that runs the job in a process of its own.
@@ -79,27 +79,7 @@ async fn many_memories_job_is_out_of_memory_without_pooling() {
 
 #[test]
 fn many_memories_do_not_grow_the_host_past_the_cap() {
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = Command::new(exe)
-        .args([CHILD, "--exact", "--nocapture", "--test-threads=1"])
-        .output()
-        .expect("run the child test");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let growth: u64 = stdout
-        .split(GROWTH)
-        .nth(1)
-        .map(|rest| {
-            rest.chars()
-                .take_while(char::is_ascii_digit)
-                .collect::<String>()
-        })
-        .and_then(|digits| digits.parse().ok())
-        .unwrap_or_else(|| panic!("the child printed no {GROWTH}:\n{stdout}"));
+    let growth = figure_from_child(CHILD, GROWTH);
     assert!(
         growth < 100 << 10,
         "the host grew by {} MiB for one job capped at 64 MiB",

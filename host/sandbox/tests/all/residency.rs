@@ -5,11 +5,11 @@
 //! many modules have run. The RSS checks run in a child process of their
 //! own, so other tests' jobs do not move the figures.
 
-use std::{process::Command, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use boxcar_sandbox::{Capabilities, HandlerLimits, LoadedHandler, Outcome, Sandbox, SandboxConfig};
 
-use crate::common::cache_dir;
+use crate::common::{cache_dir, figure_from_child};
 use boxcar_queue::testing::{context, job_run};
 
 /// Marks the line a child prints with the RSS growth it measured.
@@ -56,38 +56,6 @@ fn rss_kib() -> u64 {
         .expect("a VmRSS line")
 }
 
-/// Runs `child` (a test of this binary) alone in a process and returns
-/// the RSS growth it printed, in KiB.
-fn growth_in_child(child: &str) -> u64 {
-    let exe = std::env::current_exe().expect("test binary path");
-    let out = Command::new(exe)
-        .args([
-            child,
-            "--exact",
-            "--nocapture",
-            "--test-threads=1",
-            "--ignored",
-        ])
-        .output()
-        .expect("run the child test");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "child {child} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-        .split(GROWTH)
-        .nth(1)
-        .map(|rest| {
-            rest.chars()
-                .take_while(char::is_ascii_digit)
-                .collect::<String>()
-        })
-        .and_then(|digits| digits.parse().ok())
-        .unwrap_or_else(|| panic!("the child printed no {GROWTH}:\n{stdout}"))
-}
-
 /// Child of [`a_finished_jobs_memory_goes_back_when_it_ends`].
 #[tokio::test]
 #[ignore = "run in a child process by a_finished_jobs_memory_goes_back_when_it_ends"]
@@ -114,7 +82,7 @@ async fn child_memory_hog_then_measure() {
 
 #[test]
 fn a_finished_jobs_memory_goes_back_when_it_ends() {
-    let growth = growth_in_child("residency::child_memory_hog_then_measure");
+    let growth = figure_from_child("residency::child_memory_hog_then_measure", GROWTH);
     assert!(
         growth < 16 << 10,
         "a job that touched 48 MiB left the host {} MiB larger after it ended",
@@ -161,7 +129,7 @@ async fn child_deep_recursions_then_measure() {
 
 #[test]
 fn deep_recursions_do_not_leave_their_stacks_resident() {
-    let growth = growth_in_child("residency::child_deep_recursions_then_measure");
+    let growth = figure_from_child("residency::child_deep_recursions_then_measure", GROWTH);
     assert!(
         growth < 16 << 10,
         "16 deep recursions, each filling a 4 MiB wasm stack, left the host {} MiB larger after they ended",
