@@ -106,10 +106,7 @@ fn off_loopback_the_api_needs_a_token() {
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     assert!(String::from_utf8_lossy(&output.stderr).contains("token"));
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("port");
+    let port = crate::harness::free_port();
     let token = "e2e-token-0123456789";
     let mut child = env
         .command()

@@ -24,6 +24,9 @@ use crate::{
 const ECHOES: usize = 1000;
 const HOSTILE: usize = 100;
 const RSS_SLACK_KIB: u64 = 50 * 1024;
+/// How long the host is left idle before its memory is read: longer than
+/// `serve`'s 2 s period of returning the C heap's free pages.
+const SETTLE: Duration = Duration::from_secs(3);
 
 fn enqueue(serve: &Serve, job_type: &str, payload: &Value) -> String {
     let body = json!({"job_type": job_type, "payload": payload}).to_string();
@@ -46,7 +49,7 @@ fn drained(serve: &Serve, timeout: Duration) -> bool {
 }
 
 /// A `/proc/PID/status` figure of process `pid` (`VmRSS:`, `RssAnon:`,
-/// `RssFile:`), in KiB.
+/// `RssFile:` in KiB; `Threads:` a count).
 fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
     status
@@ -62,7 +65,8 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 /// Where the resident memory of `pid` is, for the soak's report: anonymous
-/// and file-backed KiB, and what the idle pool slots hold (`/metrics`).
+/// and file-backed KiB, what the idle pool slots hold (`/metrics`), and the
+/// number of threads.
 fn rss_parts(serve: &Serve, pid: u32) -> String {
     let (_, metrics) = http(&serve.listen, "GET", "/metrics", None, None);
     let text = metrics.as_str().unwrap_or_default();
@@ -72,10 +76,11 @@ fn rss_parts(serve: &Serve, pid: u32) -> String {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum();
     format!(
-        "anon {} KiB, file {} KiB, idle pool slots {} KiB",
+        "anon {} KiB, file {} KiB, idle pool slots {} KiB, {} threads",
         status_kib(pid, "RssAnon:"),
         status_kib(pid, "RssFile:"),
-        pool >> 10
+        pool >> 10,
+        status_kib(pid, "Threads:")
     )
 }
 
@@ -154,7 +159,7 @@ fn a_hundred_attacks_among_a_thousand_echoes_leave_the_host_as_it_was() {
     let pid = serve.pid().expect("serve is running");
     let fixture = hostile::fixture(&env);
     let mut failures = Vec::new();
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(SETTLE);
     let at_start = rss_kib(pid);
     let parts_at_start = rss_parts(&serve, pid);
 
@@ -173,7 +178,7 @@ fn a_hundred_attacks_among_a_thousand_echoes_leave_the_host_as_it_was() {
         failures.push("the warm-up round did not finish within 60s".to_string());
     }
     failures.extend(attack_failures(&serve, &warm));
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(SETTLE);
     let after_warm_up = rss_kib(pid);
     let warmed = started.elapsed();
 
@@ -199,7 +204,7 @@ fn a_hundred_attacks_among_a_thousand_echoes_leave_the_host_as_it_was() {
         ));
     }
     let soaked = started.elapsed();
-    std::thread::sleep(Duration::from_secs(1));
+    std::thread::sleep(SETTLE);
     let after = rss_kib(pid);
     let parts_after = rss_parts(&serve, pid);
     eprintln!(

@@ -186,11 +186,33 @@ fn shared_cache() -> PathBuf {
     dir
 }
 
+/// A port on 127.0.0.1 that nothing listens on, never the same twice in
+/// one test process.
+///
+/// Ports come from below Linux's ephemeral range (32768 and up), walked from
+/// an offset set by the process id: asking the kernel for port 0 and
+/// dropping the listener could hand the same port to two hosts of one test,
+/// or to an outgoing connection before the host bound it (CI once saw
+/// "Address already in use" that way).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    let _ = NEXT.compare_exchange(
+        u32::MAX,
+        (std::process::id() % 97) * 120,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..SPAN {
+        let step = NEXT.fetch_add(1, Ordering::SeqCst);
+        let port = (FIRST + step % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
 }
 
 /// stdout and stderr of a finished command, for failure messages.

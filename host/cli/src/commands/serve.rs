@@ -175,6 +175,7 @@ async fn prepare(context: &Context, args: ServeArgs) -> anyhow::Result<Prepared>
             Some(deployer)
         }
     };
+    tokio::spawn(give_back_freed_c_heap(stop.clone()));
     tokio::spawn(heartbeat(
         queue.clone(),
         registry.clone(),
@@ -240,6 +241,27 @@ async fn heartbeat(queue: Queue, registry: Arc<Registry>, serves: bool, stop: Ca
         tokio::select! {
             () = stop.cancelled() => return,
             () = tokio::time::sleep(HEARTBEAT_INTERVAL) => {}
+        }
+    }
+}
+
+/// How often a host returns the C heap's free pages to the system.
+const C_HEAP_TRIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Every [`C_HEAP_TRIM_INTERVAL`]: the pages SQLite's churn left free in
+/// glibc's arenas go back to the system (see
+/// [`crate::allocator::give_back_freed_c_heap`]), so a burst of jobs does
+/// not leave the host's memory raised.
+async fn give_back_freed_c_heap(stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(C_HEAP_TRIM_INTERVAL) => {}
+        }
+        match tokio::task::spawn_blocking(crate::allocator::give_back_freed_c_heap).await {
+            Ok(0) => {}
+            Ok(free) => tracing::trace!(free, "returned the C heap's free pages"),
+            Err(error) => tracing::warn!(%error, "trimming the C heap failed"),
         }
     }
 }
