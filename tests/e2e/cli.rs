@@ -97,6 +97,11 @@ fn enqueue_inspect_cancel_retry_prune_round_trip() {
     let cancelled = env.json(&["job", &id]);
     assert_eq!(cancelled["status"], "cancelled");
     assert_eq!(env.json(&["retry-failed"])["retried"], 0);
+    assert_eq!(
+        env.json(&["retry-failed", "--id", &id])["retried"],
+        0,
+        "a cancelled job is not failed"
+    );
     assert_eq!(env.json(&["prune", "--older-than", "1h"])["pruned"], 0);
     let missing = env.run(&["job", "no-such-id"]);
     assert_eq!(missing.status.code(), Some(2));

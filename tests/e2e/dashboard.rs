@@ -198,22 +198,31 @@ fn a_failed_job_shows_its_three_attempts_and_their_logs() {
 }
 
 #[test]
-fn retrying_a_failed_job_from_the_page_makes_it_succeed() {
+fn retrying_a_failed_job_from_the_page_makes_it_succeed_and_leaves_the_others_failed() {
     let (env, serve) = served(&[("flaky", "flaky", FLAKY)], &[]);
     let Some(browser) = Browser::start(&serve.listen) else {
         return;
     };
     let id = failed_flaky(&env);
+    let other = failed_flaky(&env);
     fix_flaky(&env, &serve);
     browser.open(&format!("#job/{id}"));
     browser.until_text("#job-status", |t| t == "failed");
     browser.click("#job-retry");
     let question = browser.until_text("#retry-question", |t| !t.is_empty());
-    assert_eq!(question, "Retry 1 failed job of type flaky?");
+    assert_eq!(
+        question,
+        "Retry this job? It gets 3 more attempts; other failed jobs of type flaky stay failed."
+    );
     browser.click("#retry-confirm");
-    browser.until_text("#job-notice", |t| t == "Retried 1 job.");
+    browser.until_text("#job-notice", |t| t == "Retried.");
     browser.until_text("#job-status", |t| t == "succeeded");
     assert_eq!(status(&env, &id), "succeeded");
+    assert_eq!(
+        status(&env, &other),
+        "failed",
+        "only the job on the page is retried"
+    );
 }
 
 #[test]

@@ -260,6 +260,9 @@ pub struct CancelArgs {
 /// `boxcar retry-failed`.
 #[derive(Args, Debug)]
 pub struct RetryArgs {
+    /// Only the job with this id.
+    #[arg(long)]
+    pub id: Option<String>,
     /// Only this type.
     #[arg(long = "type")]
     pub job_type: Option<String>,

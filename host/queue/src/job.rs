@@ -279,6 +279,9 @@ pub struct JobFilter {
     /// Children of this parent.
     #[serde(default)]
     pub parent_id: Option<String>,
+    /// Only the job with this id.
+    #[serde(default)]
+    pub id: Option<String>,
     /// Page size; `find` defaults to [`JobFilter::DEFAULT_LIMIT`].
     #[serde(default)]
     pub limit: Option<u32>,

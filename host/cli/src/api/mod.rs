@@ -39,7 +39,7 @@ use serde_json::{json, Value};
 
 pub use error::ApiError;
 pub use metrics::Metrics;
-use requests::{CancelRequest, EnqueueRequest, RetryRequest};
+use requests::{CancelRequest, EnqueueRequest, RetryJobRequest, RetryRequest};
 
 use crate::{
     deploy::Deployer,
@@ -140,6 +140,7 @@ fn json_routes() -> Vec<(&'static str, Access, MethodRouter<AppState>)> {
         ("/jobs/{id}/logs", Token, get(history::logs)),
         ("/jobs/{id}/payload", Token, get(dashboard::payload)),
         ("/jobs/{id}/cancel", Token, post(cancel_job)),
+        ("/jobs/{id}/retry", Token, post(retry_job)),
         (
             "/scopes/{scope_type}/{scope_id}/cancel",
             Token,
@@ -452,6 +453,24 @@ async fn cancel_job(
     }
     let cancelled = state.queue.cancel(&id, &reason).await?;
     Ok(Json(json!({"id": id, "cancelled": cancelled})))
+}
+
+/// Makes one failed job pending again, as `retry-failed` does for many;
+/// `retried` is false when the job is not failed.
+async fn retry_job(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let id = job_id(id)?;
+    let RetryJobRequest {} = optional_body(&body)?;
+    if state.queue.get(&id).await?.is_none() {
+        return Err(ApiError::job_not_found(&id));
+    }
+    let mut filter = JobFilter::default();
+    filter.id = Some(id.clone());
+    let retried = state.queue.retry_failed(&filter).await? > 0;
+    Ok(Json(json!({"id": id, "retried": retried})))
 }
 
 async fn cancel_scope(

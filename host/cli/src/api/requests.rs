@@ -109,6 +109,11 @@ pub struct CancelRequest {
     pub pending_only: bool,
 }
 
+/// `POST /jobs/{id}/retry`: no fields; the body is `{}` or empty.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RetryJobRequest {}
+
 /// `POST /jobs/retry-failed`.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]

@@ -127,6 +127,23 @@ async fn enqueue_get_list_count_cancel_retry() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(cancelled["cancelled"], true);
 
+    let retry_one = format!("/jobs/{id}/retry");
+    let (status, retried) = call(&app, Method::POST, &retry_one, Some(json!({}))).await;
+    assert_eq!(status, StatusCode::OK, "{retried}");
+    assert_eq!(
+        retried,
+        json!({"id": id, "retried": false}),
+        "a cancelled job is not failed"
+    );
+    let (status, _) = call(&app, Method::POST, &retry_one, Some(json!({"all": true}))).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "no fields are accepted");
+    let (status, missing) = call(&app, Method::POST, "/jobs/nope/retry", Some(json!({}))).await;
+    assert_eq!(
+        (status, missing["error"].as_str()),
+        (StatusCode::NOT_FOUND, Some("not_found")),
+        "{missing}"
+    );
+
     call(
         &app,
         Method::POST,

@@ -271,6 +271,7 @@ pub async fn retry_failed(context: Context, args: RetryArgs) -> anyhow::Result<(
     filter.scope = scope_arg(args.scope.as_deref())?;
     filter.limit = args.limit;
     filter.offset = args.offset;
+    filter.id = args.id;
     let retried = queue.retry_failed(&filter).await?;
     if context.json {
         return print_json(&json!({"retried": retried}));

@@ -388,12 +388,17 @@ function wire() {
   $('bulk-confirm').addEventListener('click', guarded(() => doBulkRetry('bulk', 'bulk-result')));
   $('bulk-cancel').addEventListener('click', () => { pendingBulk = null; $('bulk').hidden = true; });
   $('job-retry').addEventListener('click', guarded(async () => {
-    const r = route();
-    const job = await get('/jobs/' + encodeURIComponent(r.id));
-    await askBulkRetry([job.job_type], 'retry-panel', 'retry-question');
+    const job = await get('/jobs/' + encodeURIComponent(route().id));
+    $('retry-question').textContent = 'Retry this job? It gets ' + job.max_attempts + ' more attempt' + (job.max_attempts === 1 ? '' : 's') + '; other failed jobs of type ' + job.job_type + ' stay failed.';
+    $('retry-panel').hidden = false;
   }));
-  $('retry-confirm').addEventListener('click', guarded(() => doBulkRetry('retry-panel', 'job-notice')));
-  $('retry-dismiss').addEventListener('click', () => { pendingBulk = null; $('retry-panel').hidden = true; });
+  $('retry-confirm').addEventListener('click', guarded(async () => {
+    $('retry-panel').hidden = true;
+    const answer = await post('/jobs/' + encodeURIComponent(route().id) + '/retry', {});
+    notice('job-notice', answer.retried ? 'Retried.' : 'The job was no longer failed.');
+    await refresh();
+  }));
+  $('retry-dismiss').addEventListener('click', () => { $('retry-panel').hidden = true; });
   $('job-cancel').addEventListener('click', guarded(async () => {
     const r = route();
     const answer = await post('/jobs/' + encodeURIComponent(r.id) + '/cancel', { reason: 'cancelled from the dashboard' });

@@ -14,6 +14,7 @@ fn matches(job: &Job, f: &JobFilter) -> bool {
         && (f.statuses.is_empty() || f.statuses.contains(&job.status))
         && (f.scope.is_none() || f.scope == job.scope)
         && (f.parent_id.is_none() || f.parent_id == job.parent_id)
+        && f.id.as_ref().is_none_or(|id| *id == job.id)
 }
 
 /// Whether `job` is a target of the cancel `target`.

@@ -44,6 +44,9 @@ fn filter_sql(f: &JobFilter, n: &mut usize) -> String {
     if f.parent_id.is_some() {
         w.push(format!("parent_id = ${}", next()));
     }
+    if f.id.is_some() {
+        w.push(format!("id = ${}", next()));
+    }
     w.join(" AND ")
 }
 
@@ -64,6 +67,9 @@ fn bind_filter<'q>(
     }
     if let Some(p) = &f.parent_id {
         q = q.bind(p.clone());
+    }
+    if let Some(id) = &f.id {
+        q = q.bind(id.clone());
     }
     q
 }

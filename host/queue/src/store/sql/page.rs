@@ -11,6 +11,7 @@
 //! offset)` rows:
 //! - parent: `(parent_id, created_at, id)`, one arm, other conditions
 //!   filter it (a parent's children are few);
+//! - id: the primary key, one arm of at most one row;
 //! - scope: `(scope_type, scope_id, status, created_at, id)`, one arm per
 //!   status (all five when none is given), types filter;
 //! - types: `(job_type, status, created_at, id)`, one arm per type and
@@ -96,6 +97,9 @@ fn arms(f: &JobFilter, b: &mut Binds) -> Vec<Vec<String>> {
     if let Some(p) = &f.parent_id {
         common.push(format!("parent_id = {}", b.push(Bind::Text(p.clone()))));
     }
+    if let Some(id) = &f.id {
+        common.push(format!("id = {}", b.push(Bind::Text(id.clone()))));
+    }
     if let Some(s) = &f.scope {
         let t = b.push(Bind::Text(s.scope_type.clone()));
         let i = b.push(Bind::Text(s.scope_id.clone()));
@@ -123,7 +127,7 @@ fn arms(f: &JobFilter, b: &mut Binds) -> Vec<Vec<String>> {
             })
             .collect()
     };
-    if f.parent_id.is_some() {
+    if f.parent_id.is_some() || f.id.is_some() {
         one_arm(b, common)
     } else if f.scope.is_some() {
         if !types.is_empty() {

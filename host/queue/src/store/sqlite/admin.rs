@@ -43,6 +43,10 @@ fn filter_sql(f: &JobFilter, binds: &mut Vec<String>) -> String {
         w.push("parent_id = ?".into());
         binds.push(p.clone());
     }
+    if let Some(id) = &f.id {
+        w.push("id = ?".into());
+        binds.push(id.clone());
+    }
     w.join(" AND ")
 }
 

@@ -8,6 +8,73 @@ use chrono::Utc;
 use super::*;
 use crate::support::Fixture;
 
+/// A filter by id reaches that job alone: `find` lists it, `retry_failed`
+/// retries it and leaves the other failed jobs of its type failed.
+async fn one_job_by_id(fx: &Fixture) {
+    let q = fx.queue();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(add(&q, job("t").max_attempts(1)).await);
+    }
+    let c = fx
+        .store
+        .claim_batch(claim("t", W1, 10, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(c.claimed.len(), 3);
+    for id in &ids {
+        fx.store
+            .fail(FailParams {
+                worker_id: W1.into(),
+                id: id.clone(),
+                attempt: 1,
+                error: "boom".into(),
+                code: None,
+                details: None,
+                ending: Default::default(),
+            })
+            .await
+            .unwrap();
+    }
+    let mut one = JobFilter::default();
+    one.id = Some(ids[1].clone());
+    let found: Vec<String> = q
+        .find(&one)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(found, vec![ids[1].clone()], "find by id");
+    let mut pending_only = one.clone();
+    pending_only.statuses = vec![JobStatus::Pending];
+    assert!(
+        q.find(&pending_only).await.unwrap().is_empty(),
+        "the id and the other conditions all hold"
+    );
+    assert_eq!(q.retry_failed(&one).await.unwrap(), 1, "that job alone");
+    let statuses: Vec<JobStatus> = {
+        let mut out = Vec::new();
+        for id in &ids {
+            out.push(fx.store.get(id).await.unwrap().unwrap().status);
+        }
+        out
+    };
+    assert_eq!(
+        statuses,
+        vec![JobStatus::Failed, JobStatus::Pending, JobStatus::Failed],
+        "the other failed jobs of the type stay failed"
+    );
+    assert_eq!(
+        q.retry_failed(&one).await.unwrap(),
+        0,
+        "a job that is no longer failed is not retried again"
+    );
+    let mut unknown = JobFilter::default();
+    unknown.id = Some("no-such-job".into());
+    assert_eq!(q.retry_failed(&unknown).await.unwrap(), 0);
+}
+
 async fn retry_failed_and_prune(fx: &Fixture) {
     let q = fx.queue();
     let mut ids = Vec::new();
@@ -301,4 +368,10 @@ async fn inspection(fx: &Fixture) {
     assert_eq!(ev[0].reason.as_deref(), Some("bad manifest"));
 }
 
-backends!(retry_failed_and_prune, cancels, flows, inspection);
+backends!(
+    retry_failed_and_prune,
+    one_job_by_id,
+    cancels,
+    flows,
+    inspection
+);
