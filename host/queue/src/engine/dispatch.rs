@@ -138,7 +138,12 @@ fn start_runs(
 }
 
 /// Starts `job_type`'s waiting jobs, oldest claim first, in its free slots.
+/// Once the host stops claiming nothing more starts: what a claim still in
+/// flight at that moment brings back waits, and is given back unrun.
 fn start_waiting(engine: &Arc<Engine>, ahead: &mut ClaimAhead, job_type: &str, concurrency: u32) {
+    if engine.stop_claiming.is_cancelled() {
+        return;
+    }
     let free = concurrency.saturating_sub(engine.running_of(job_type));
     let ready = ahead.take(job_type, free);
     if ready.is_empty() {

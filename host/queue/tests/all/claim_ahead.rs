@@ -1,7 +1,7 @@
 //! Claim-ahead on every store: jobs claimed beyond a short-running type's
 //! free slots wait in the worker and are never started once cancelled
 //! (in this process or from another one) and are given back, unrun, at
-//! shutdown.
+//! shutdown — as are jobs a claim still in flight at shutdown brings back.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -166,6 +166,42 @@ async fn cancelled_or_released_jobs_never_start(fx: &Fixture) {
         !seen.iter().any(|t| t.starts_with("release")),
         "a job claimed ahead is not started at shutdown: {seen:?}"
     );
+}
+
+/// A claim held up by another connection's write lock is still in flight
+/// when the worker is told to stop; the job it then brings back is given
+/// back unrun (attempt and lease), not started.
+async fn a_claim_in_flight_at_shutdown_starts_nothing(fx: &Fixture) {
+    use sqlx::{Connection, Executor};
+    let q = fx.queue();
+    let id = add(&q, "late").await;
+    let mut blocker = sqlx::SqliteConnection::connect(&fx.url).await.unwrap();
+    blocker.execute("BEGIN IMMEDIATE").await.unwrap();
+    let started = Arc::new(Mutex::new(Vec::new()));
+    let (_open, gate) = watch::channel(true);
+    let w = start(&q, started.clone(), gate);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stopping = tokio::spawn(w.shutdown());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    blocker.execute("COMMIT").await.unwrap();
+    stopping.await.unwrap();
+    let job = q.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (job.status, job.attempts, job.lease_owner.as_deref()),
+        (JobStatus::Pending, 0, None),
+        "given back unrun"
+    );
+    let seen = started.lock().clone();
+    assert!(seen.is_empty(), "nothing starts after the stop: {seen:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_flight_at_shutdown_starts_nothing_on_sqlite() {
+    let Some(fx) = Fixture::new(Backend::Sqlite).await else {
+        return;
+    };
+    a_claim_in_flight_at_shutdown_starts_nothing(&fx).await;
+    fx.finish().await;
 }
 
 async fn run(backend: Backend) {
