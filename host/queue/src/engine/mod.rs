@@ -183,7 +183,8 @@ impl WorkerHandle {
         self.engine.queue.wake();
     }
 
-    /// Number of runs in flight in this process.
+    /// Number of jobs this process holds a claim on: those running and
+    /// those claimed ahead, waiting for a free slot.
     pub fn in_flight(&self) -> usize {
         self.engine.queue.inflight().len()
     }
