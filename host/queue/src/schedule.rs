@@ -131,6 +131,11 @@ pub struct ScheduleRecord {
 /// Most characters of a schedule id.
 pub const MAX_SCHEDULE_ID_LEN: usize = 200;
 
+/// The instant a cron expression is searched from at validation, to refuse
+/// one that never fires (whose every later search would walk croner's whole
+/// range of years in vain).
+const NEVER_FIRES_PROBE: DateTime<Utc> = DateTime::<Utc>::UNIX_EPOCH;
+
 fn parser() -> CronParser {
     CronParser::builder()
         .seconds(Seconds::Optional)
@@ -219,6 +224,14 @@ impl ScheduleSpec {
                         "`cron` must have 5 fields (minute hour day month weekday) or 6 (seconds first); `{expr}` has {fields}"
                     )));
                 }
+                if let Some(field) = expr
+                    .split_whitespace()
+                    .find(|f| f.split(',').all(str::is_empty))
+                {
+                    return Err(err(&format!(
+                        "`cron` `{expr}` has a field that lists nothing (`{field}`)"
+                    )));
+                }
                 let cron = parser()
                     .parse(expr)
                     .map_err(|e| err(&format!("`cron` `{expr}` is invalid: {e}")))?;
@@ -234,6 +247,16 @@ impl ScheduleSpec {
                     return Err(err(
                         "`immediately` cannot be combined with `start_at`; remove one",
                     ));
+                }
+                // Without a year field, an expression that fires at all
+                // fires within eight years of any instant (29 February).
+                if cron
+                    .find_next_occurrence(&NEVER_FIRES_PROBE.with_timezone(&tz), false)
+                    .is_err()
+                {
+                    return Err(err(&format!(
+                        "`cron` `{expr}` never fires (no date matches it, e.g. 31 February)"
+                    )));
                 }
                 Cadence::Cron {
                     expr: expr.clone(),

@@ -267,3 +267,28 @@ fn definition_round_trips_and_edits_are_visible() {
     let edited = valid(&cron("n", "18 3 * * *", Some("Europe/Berlin")));
     assert_ne!(edited.def(), s.def());
 }
+
+#[test]
+fn a_cron_that_can_never_fire_is_refused_at_once() {
+    for (expr, says) in [
+        (", 04 0 ? * *", "lists nothing (`,`)"),
+        ("0 0 31 2 *", "never fires"),
+        ("0 0 30 2 ?", "never fires"),
+    ] {
+        let started = std::time::Instant::now();
+        let refused = cron("never", expr, None).validate().expect_err("refused");
+        assert!(refused.reason.contains(says), "{expr}: {}", refused.reason);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{expr}: refused in {:?}",
+            started.elapsed()
+        );
+    }
+    let leap_day = cron("leap", "0 0 29 2 *", Some("Europe/Berlin"))
+        .validate()
+        .expect("fires every four years");
+    assert_eq!(
+        leap_day.first_run(at("2026-12-03T12:00:00Z")),
+        Some(at("2028-02-28T23:00:00Z"))
+    );
+}
