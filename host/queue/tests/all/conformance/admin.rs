@@ -2,26 +2,27 @@
 //! children), flows, inspection and handler events.
 
 use boxcar_queue::store::{CancelParams, CancelTarget, CompleteParams, Completed, FailParams};
-use boxcar_queue::{EnqueueError, HandlerEventKind, JobFilter, JobStatus, QueueError, Scope};
+use boxcar_queue::{
+    EnqueueError, HandlerEventKind, JobFilter, JobStatus, Queue, QueueError, Scope,
+};
 use chrono::Utc;
 
 use super::*;
 use crate::support::Fixture;
 
-/// A filter by id reaches that job alone: `find` lists it, `retry_failed`
-/// retries it and leaves the other failed jobs of its type failed.
-async fn one_job_by_id(fx: &Fixture) {
-    let q = fx.queue();
+/// `n` jobs of type `t` in scope `acct:1`, claimed by [`W1`] and failed on
+/// their only attempt; their ids, oldest first.
+async fn failed_jobs(fx: &Fixture, q: &Queue, n: usize) -> Vec<String> {
     let mut ids = Vec::new();
-    for _ in 0..3 {
-        ids.push(add(&q, job("t").max_attempts(1)).await);
+    for _ in 0..n {
+        ids.push(add(q, job("t").max_attempts(1).scope(Scope::new("acct", "1"))).await);
     }
     let c = fx
         .store
         .claim_batch(claim("t", W1, 10, Duration::from_secs(60)))
         .await
         .unwrap();
-    assert_eq!(c.claimed.len(), 3);
+    assert_eq!(c.claimed.len(), n);
     for id in &ids {
         fx.store
             .fail(FailParams {
@@ -36,6 +37,14 @@ async fn one_job_by_id(fx: &Fixture) {
             .await
             .unwrap();
     }
+    ids
+}
+
+/// A filter by id reaches that job alone: `find` lists it, `retry_failed`
+/// retries it and leaves the other failed jobs of its type failed.
+async fn one_job_by_id(fx: &Fixture) {
+    let q = fx.queue();
+    let ids = failed_jobs(fx, &q, 3).await;
     let mut one = JobFilter::default();
     one.id = Some(ids[1].clone());
     let found: Vec<String> = q
@@ -77,30 +86,7 @@ async fn one_job_by_id(fx: &Fixture) {
 
 async fn retry_failed_and_prune(fx: &Fixture) {
     let q = fx.queue();
-    let mut ids = Vec::new();
-    for _ in 0..5 {
-        ids.push(add(&q, job("t").max_attempts(1).scope(Scope::new("acct", "1"))).await);
-    }
-    let c = fx
-        .store
-        .claim_batch(claim("t", W1, 10, Duration::from_secs(60)))
-        .await
-        .unwrap();
-    assert_eq!(c.claimed.len(), 5);
-    for id in &ids {
-        fx.store
-            .fail(FailParams {
-                worker_id: W1.into(),
-                id: id.clone(),
-                attempt: 1,
-                error: "boom".into(),
-                code: None,
-                details: None,
-                ending: Default::default(),
-            })
-            .await
-            .unwrap();
-    }
+    let ids = failed_jobs(fx, &q, 5).await;
     let mut page = JobFilter::default();
     page.limit = Some(2);
     assert_eq!(
