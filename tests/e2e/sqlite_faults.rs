@@ -155,21 +155,34 @@ fn sqlite_locked_past_the_busy_timeout_is_a_clear_error_and_the_host_recovers() 
     wait_for_succeeded(&env, 10);
     let db_file = env.path("boxcar.db");
 
+    // sqlite3 takes the lock, says so, and holds it until told to commit,
+    // so the enqueue meets the lock however slowly either process starts.
     let mut locker = Command::new("sqlite3")
         .arg(&db_file)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
         .expect("run sqlite3 (Debian package sqlite3)");
+    let mut script = locker.stdin.take().expect("stdin");
+    {
+        use std::io::{BufRead, Write};
+        script
+            .write_all(b"BEGIN EXCLUSIVE;\nSELECT 'locked';\n")
+            .expect("write the locking script");
+        script.flush().expect("send the locking script");
+        let mut said = String::new();
+        std::io::BufReader::new(locker.stdout.take().expect("stdout"))
+            .read_line(&mut said)
+            .expect("read what sqlite3 printed");
+        assert_eq!(said.trim(), "locked", "sqlite3 took the exclusive lock");
+    }
+    let refused = env.run(&["enqueue", "echo", r#"{"n": -1}"#]);
     {
         use std::io::Write;
-        let mut script = locker.stdin.take().expect("stdin");
-        script
-            .write_all(b"BEGIN EXCLUSIVE;\nSELECT 'locked';\n.shell sleep 33\nCOMMIT;\n")
-            .expect("write the locking script");
+        script.write_all(b"COMMIT;\n").expect("release the lock");
     }
-    std::thread::sleep(Duration::from_millis(500));
-    let refused = env.run(&["enqueue", "echo", r#"{"n": -1}"#]);
+    drop(script);
+    let _ = locker.wait();
     assert!(
         !refused.status.success(),
         "an enqueue while another process holds the lock past the busy timeout fails"
@@ -180,7 +193,6 @@ fn sqlite_locked_past_the_busy_timeout_is_a_clear_error_and_the_host_recovers() 
         "the error says the database is locked: {said}"
     );
     assert!(serve.is_running(), "{}", serve.output());
-    let _ = locker.wait();
 
     enqueue_many(&env, 10, 10);
     wait_for_succeeded(&env, 20);
