@@ -331,6 +331,15 @@ pub enum Workload {
     /// Batch enqueue (`add_many`, one transaction per `--batch` jobs) and
     /// one-by-one enqueue rates; nothing runs the jobs.
     Enqueue,
+    /// A drain from the head of a queue `--rows` deep (default 1,000,000),
+    /// against the same drain with nothing else queued.
+    Backlog,
+    /// A drain beside `--rows` finished rows (default 5,000,000), against
+    /// the same drain with none.
+    Retained,
+    /// `--jobs` jobs that each wait `--wait-ms` (the sleep guest) at
+    /// concurrency `--inflight`: the rate and the memory per job in flight.
+    Inflight,
     /// Drain and latency.
     All,
 }
@@ -368,4 +377,15 @@ pub struct BenchArgs {
     /// Jobs per `add_many` call (one transaction) in the `enqueue` workload.
     #[arg(long, default_value_t = 10_000)]
     pub batch: usize,
+    /// Rows of the `backlog` (default 1,000,000) and `retained` (default
+    /// 5,000,000) workloads.
+    #[arg(long)]
+    pub rows: Option<usize>,
+    /// Concurrency of the `inflight` workload (the sandbox's pool is grown
+    /// to hold as many instances when it is smaller).
+    #[arg(long, default_value_t = 2_000)]
+    pub inflight: u32,
+    /// Milliseconds each job of the `inflight` workload waits.
+    #[arg(long, default_value_t = 1_000)]
+    pub wait_ms: u64,
 }

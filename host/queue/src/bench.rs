@@ -5,7 +5,9 @@
 //! p99_ms, rust_backtrace` (a figure a workload does not measure is
 //! `null`; `rust_backtrace` is the variable's value, `null` when unset,
 //! since a set variable can cost the host); the `types` workload adds
-//! `types, work_per_s_1_type, idle_cpu_pct`; the drains add `claim_calls,
+//! `types, work_per_s_1_type, idle_cpu_pct`; `backlog` and `retained` add
+//! `rows, work_per_s_baseline`; `inflight` adds `peak_inflight,
+//! rss_per_inflight_kib`; the drains add `claim_calls,
 //! complete_calls, store_seconds` (the worker's store round trips, and
 //! the seconds spent in claims and in completions).
 //!
@@ -23,6 +25,11 @@
 //! - **types** ([`types`]): one busy type drains while many idle types are
 //!   registered, against the same drain with the busy type alone; then the
 //!   host's CPU use while idle with all those types.
+//! - **backlog** and **retained** ([`backlog`], [`retained`]): a drain from
+//!   the head of a deep queue, and beside many finished rows, against the
+//!   same drain with nothing else queued.
+//! - **inflight** ([`inflight`]): many jobs that each wait, at a high
+//!   concurrency; the rate and the memory per job in flight.
 //!
 //! Each run uses a fresh job type, so earlier rows in the store do not
 //! interfere.
@@ -48,8 +55,12 @@ use crate::registry::{HandlerSettings, Registry, RegistryError};
 use crate::store::{JobStore, StoreError};
 
 mod enqueue;
+mod inflight;
+mod scale;
 mod types;
 pub use enqueue::enqueue;
+pub use inflight::{inflight, SleepHandler};
+pub use scale::{backlog, retained};
 pub use types::{types, TypesConfig};
 
 /// Workload sizes (defaults: 20,000 drained, 2,000 single enqueues,
@@ -129,6 +140,21 @@ pub struct BenchResult {
     /// registered, in percent of one core.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub idle_cpu_pct: Option<f64>,
+    /// `backlog` and `retained` workloads: rows in the table beside the
+    /// measured drain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rows: Option<usize>,
+    /// `backlog` and `retained` workloads: the same drain, measured first,
+    /// with nothing else queued.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub work_per_s_baseline: Option<f64>,
+    /// `inflight` workload: the most jobs inside their handler at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peak_inflight: Option<usize>,
+    /// `inflight` workload: the growth of resident memory at its peak, per
+    /// job in flight at the peak, in KiB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rss_per_inflight_kib: Option<f64>,
     /// `drain` workloads: the worker's claim round trips.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub claim_calls: Option<u64>,
@@ -165,6 +191,10 @@ impl BenchResult {
             types: None,
             work_per_s_1_type: None,
             idle_cpu_pct: None,
+            rows: None,
+            work_per_s_baseline: None,
+            peak_inflight: None,
+            rss_per_inflight_kib: None,
             claim_calls: None,
             complete_calls: None,
             store_seconds: None,

@@ -1,12 +1,12 @@
 //! `boxcar bench`: the queue benchmarks through the real dispatcher against
-//! `--db`, with the bundled no-op WASM component (default) or a native no-op.
-//! Prints one JSON line per workload, each saying whether `RUST_BACKTRACE`
-//! was set.
+//! `--db`, with a bundled WASM component (default: the no-op; the sleep
+//! guest for `inflight`) or a native handler that does the same. Prints one
+//! JSON line per workload, each saying whether `RUST_BACKTRACE` was set.
 
 use std::sync::Arc;
 
 use boxcar_queue::{
-    bench::{self, BenchConfig, NoopHandler, TypesConfig},
+    bench::{self, BenchConfig, NoopHandler, SleepHandler, TypesConfig},
     connect, Handler,
 };
 use boxcar_sandbox::Sandbox;
@@ -18,27 +18,39 @@ use crate::{
     sandbox_glue,
 };
 
+/// The bundled example `name` loaded in a sandbox whose pool holds at
+/// least `slots` instances (and as many as the configuration says).
+fn wasm_handler(context: &Context, name: &str, slots: u32) -> anyhow::Result<Arc<dyn Handler>> {
+    let component = boxcar_examples::get(name)
+        .ok_or_else(|| anyhow::anyhow!("the {name} example is missing from this build"))?
+        .component()?;
+    let mut config = sandbox_glue::sandbox_config(&context.config.sandbox);
+    config.pool_instances = config.pool_instances.max(slots);
+    let sandbox = Sandbox::new(config)?;
+    let loaded = sandbox.load(
+        component,
+        boxcar_sandbox::HandlerLimits::default(),
+        boxcar_sandbox::Capabilities::default(),
+    )?;
+    Ok(loaded)
+}
+
 pub async fn run(context: Context, args: BenchArgs) -> anyhow::Result<()> {
-    if args.jobs == 0 || args.concurrency == 0 || args.types == 0 || args.batch == 0 {
+    if args.jobs == 0
+        || args.concurrency == 0
+        || args.types == 0
+        || args.batch == 0
+        || args.rows == Some(0)
+        || args.inflight == 0
+    {
         return Err(usage(
-            "--jobs, --concurrency, --types and --batch must be positive",
+            "--jobs, --concurrency, --types, --batch, --rows and --inflight must be positive",
         ));
     }
     let store = connect(&context.db).await?;
     let (handler, system): (Arc<dyn Handler>, &str) = match args.handler {
         BenchHandler::Native => (Arc::new(NoopHandler), "boxcar-native"),
-        BenchHandler::Wasm => {
-            let component = boxcar_examples::get("noop")
-                .ok_or_else(|| anyhow::anyhow!("the noop example is missing from this build"))?
-                .component()?;
-            let sandbox = Sandbox::new(sandbox_glue::sandbox_config(&context.config.sandbox))?;
-            let loaded = sandbox.load(
-                component,
-                boxcar_sandbox::HandlerLimits::default(),
-                boxcar_sandbox::Capabilities::default(),
-            )?;
-            (loaded, "boxcar-wasm")
-        }
+        BenchHandler::Wasm => (wasm_handler(&context, "noop", 0)?, "boxcar-wasm"),
     };
     let config = BenchConfig {
         system: system.to_string(),
@@ -55,12 +67,35 @@ pub async fn run(context: Context, args: BenchArgs) -> anyhow::Result<()> {
         let result = bench::latency(store.clone(), handler.clone(), &config).await?;
         println!("{}", result.to_json_line());
     }
+    let batched = BenchConfig {
+        batch_size: args.batch,
+        ..config.clone()
+    };
     if args.workload == Workload::Enqueue {
-        let config = BenchConfig {
-            batch_size: args.batch,
-            ..config.clone()
+        let result = bench::enqueue(store.clone(), &batched).await?;
+        println!("{}", result.to_json_line());
+    }
+    if args.workload == Workload::Backlog {
+        let rows = args.rows.unwrap_or(1_000_000);
+        let result = bench::backlog(store.clone(), handler.clone(), &batched, rows).await?;
+        println!("{}", result.to_json_line());
+    }
+    if args.workload == Workload::Retained {
+        let rows = args.rows.unwrap_or(5_000_000);
+        let result = bench::retained(store.clone(), handler.clone(), &batched, rows).await?;
+        println!("{}", result.to_json_line());
+    }
+    if args.workload == Workload::Inflight {
+        let sleeper: Arc<dyn Handler> = match args.handler {
+            BenchHandler::Native => Arc::new(SleepHandler),
+            BenchHandler::Wasm => wasm_handler(&context, "sleep", args.inflight)?,
         };
-        let result = bench::enqueue(store.clone(), &config).await?;
+        let inflight = BenchConfig {
+            drain_concurrency: args.inflight,
+            ..batched.clone()
+        };
+        let payload = serde_json::json!({ "ms": args.wait_ms });
+        let result = bench::inflight(store.clone(), sleeper, &inflight, &payload).await?;
         println!("{}", result.to_json_line());
     }
     if args.workload == Workload::Types {

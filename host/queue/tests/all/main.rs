@@ -5,6 +5,7 @@
 mod support;
 
 mod admin;
+mod bench_scale;
 mod boundary;
 mod claim_ahead;
 mod conformance;
