@@ -379,6 +379,27 @@ fn bench_job(job_type: &str, payload: &serde_json::Value, guarded: bool, i: usiz
     }
 }
 
+/// Enqueues `n` jobs made by `job` (given indexes `1..=n`) in `add_many`
+/// calls of `batch_size` (one transaction each); returns the seconds it
+/// took.
+async fn add_in_batches(
+    queue: &Queue,
+    n: usize,
+    batch_size: usize,
+    job: impl Fn(usize) -> NewJob,
+) -> Result<f64, BenchError> {
+    let started = Instant::now();
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(batch_size.max(1));
+        queue
+            .add_many((0..k).map(|i| job(left - k + 1 + i)).collect())
+            .await?;
+        left -= k;
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
 /// Enqueues `cfg.drain_jobs` jobs made by `job` in `add_many` batches of
 /// `cfg.batch_size`, then `cfg.single_jobs` one by one; returns both rates
 /// (jobs per second).
@@ -387,16 +408,8 @@ async fn enqueue_timed(
     cfg: &BenchConfig,
     job: impl Fn(usize) -> NewJob,
 ) -> Result<(f64, f64), BenchError> {
-    let started = Instant::now();
-    let mut left = cfg.drain_jobs;
-    while left > 0 {
-        let k = left.min(cfg.batch_size.max(1));
-        queue
-            .add_many((0..k).map(|i| job(left + i)).collect())
-            .await?;
-        left -= k;
-    }
-    let batch_rate = cfg.drain_jobs as f64 / started.elapsed().as_secs_f64();
+    let seconds = add_in_batches(queue, cfg.drain_jobs, cfg.batch_size, &job).await?;
+    let batch_rate = cfg.drain_jobs as f64 / seconds;
     let started = Instant::now();
     for i in 0..cfg.single_jobs {
         queue.add(job(i)).await?;

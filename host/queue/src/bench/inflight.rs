@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 
-use super::{counter, fresh_type, settings, wait_done, worker_opts};
+use super::{add_in_batches, counter, fresh_type, settings, wait_done, worker_opts};
 use super::{BenchConfig, BenchError, BenchResult};
 use crate::handler::{Handler, JobContext, JobRun, Outcome};
 use crate::job::NewJob;
@@ -95,15 +95,9 @@ pub async fn inflight(
 ) -> Result<BenchResult, BenchError> {
     let job_type = fresh_type("inflight");
     let queue = Queue::new(store.clone(), QueueOptions::default())?;
-    let started = Instant::now();
-    let mut left = cfg.drain_jobs;
-    while left > 0 {
-        let k = left.min(cfg.batch_size.max(1));
-        let batch = (0..k).map(|_| NewJob::new(&job_type, payload)).collect();
-        queue.add_many(batch).await?;
-        left -= k;
-    }
-    let enqueue_rate = cfg.drain_jobs as f64 / started.elapsed().as_secs_f64();
+    let job = |_| NewJob::new(&job_type, payload);
+    let seconds = add_in_batches(&queue, cfg.drain_jobs, cfg.batch_size, job).await?;
+    let enqueue_rate = cfg.drain_jobs as f64 / seconds;
     let now = Arc::new(AtomicUsize::new(0));
     let gauge = Arc::new(Gauge {
         inner: handler,

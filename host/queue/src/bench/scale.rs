@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{counter, fresh_type, settings, wait_done, worker_opts};
+use super::{add_in_batches, counter, fresh_type, settings, wait_done, worker_opts};
 use super::{BenchConfig, BenchError, BenchResult};
 use crate::handler::{Handler, Scope};
 use crate::job::NewJob;
@@ -55,17 +55,8 @@ async fn fill(
     n: usize,
 ) -> Result<f64, BenchError> {
     let payload = serde_json::json!({"bench": true});
-    let started = Instant::now();
-    let mut left = n;
-    while left > 0 {
-        let k = left.min(cfg.batch_size.max(1));
-        let batch = (0..k)
-            .map(|_| NewJob::new(job_type, &payload).scope(scope.clone()))
-            .collect();
-        queue.add_many(batch).await?;
-        left -= k;
-    }
-    Ok(started.elapsed().as_secs_f64())
+    let job = |_| NewJob::new(job_type, &payload).scope(scope.clone());
+    add_in_batches(queue, n, cfg.batch_size, job).await
 }
 
 /// Runs one worker on `job_type` (jobs already enqueued) until

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    counter, fresh_type, settings, wait_done, worker_opts, BenchConfig, BenchError, BenchResult,
+    add_in_batches, counter, fresh_type, settings, wait_done, worker_opts, BenchConfig, BenchError,
+    BenchResult,
 };
 use crate::handler::Handler;
 use crate::job::NewJob;
@@ -65,13 +66,8 @@ async fn drain_among(
     let busy = fresh_type("types");
     let queue = Queue::new(store, QueueOptions::default())?;
     let payload = serde_json::json!({"bench": true});
-    let mut left = cfg.drain_jobs;
-    while left > 0 {
-        let k = left.min(cfg.batch_size.max(1));
-        let batch = (0..k).map(|_| NewJob::new(&busy, &payload)).collect();
-        queue.add_many(batch).await?;
-        left -= k;
-    }
+    let job = |_| NewJob::new(&busy, &payload);
+    add_in_batches(&queue, cfg.drain_jobs, cfg.batch_size, job).await?;
     let registry = Registry::new();
     registry.register(&busy, handler.clone(), settings(cfg.drain_concurrency))?;
     for i in 1..types {
