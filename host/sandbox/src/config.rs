@@ -18,7 +18,9 @@ use crate::{http::HttpOrigin, SandboxError};
 #[derive(Clone, Debug)]
 pub struct SandboxConfig {
     /// How often the epoch ticker advances the engine epoch. Deadlines and
-    /// cancellation are noticed within one tick. Default 1 ms; 100 µs–1 s.
+    /// cancellation are noticed within one tick. The ticker runs only while
+    /// some job runs (an idle host pays nothing for it). Default 1 ms;
+    /// 100 µs–1 s.
     pub epoch_tick: Duration,
     /// Pre-allocate instance slots with wasmtime's pooling allocator
     /// (faster instantiation, fixed capacity). Default true.

@@ -145,6 +145,9 @@ impl LoadedHandler {
     }
 
     async fn execute(&self, job: JobRun, ctx: JobContext, deadline: Instant) -> Outcome {
+        // First in, so dropped last: the epoch advances until the store
+        // (and with it any guest code) is gone.
+        let _ticking = self.shared.ticking();
         let log = Arc::new(
             LogSink::new(
                 Arc::from(job.id.as_str()),

@@ -149,7 +149,7 @@ impl Sandbox {
                 scratch_kind,
                 compiles: AtomicU64::new(0),
                 cache_hits: AtomicU64::new(0),
-                _ticker: ticker,
+                ticker,
             }),
         })
     }
