@@ -1,9 +1,11 @@
 //! Job inserts on SQLite: many jobs per statement.
 //!
 //! The jobs of a batch are bound as one JSON array and inserted with one
-//! `INSERT … SELECT FROM json_each(?) … ON CONFLICT DO NOTHING RETURNING
-//! id` per chunk, in batch order, instead of one statement per job (each
-//! statement is a round trip to sqlx's connection thread). A job's unset
+//! `INSERT … SELECT FROM json_each(?) … ON CONFLICT DO NOTHING` per chunk,
+//! in batch order, instead of one statement per job (each statement is a
+//! round trip to sqlx's connection thread). A chunk whose row count says
+//! every job was stored returns no rows: `RETURNING id` streamed one row
+//! per job back from sqlx's worker thread, a thread wake-up each. A job's unset
 //! attempt budget is the type's newest deploy's, else its default (see
 //! `store::deployed_types`).
 //!
@@ -40,7 +42,7 @@ static INSERT: LazyLock<String> = LazyLock::new(|| {
            COALESCE(r.value ->> 7, {type_max}, r.value ->> 8), \
            r.value ->> 9, r.value ->> 10, r.value ->> 11, r.value ->> 12, ?2, ?2, r.value ->> 13 \
          FROM json_each(?1) AS r WHERE true \
-         ON CONFLICT DO NOTHING RETURNING id",
+         ON CONFLICT DO NOTHING",
         type_max = type_max_attempts("boxcar_deployed_types", "(r.value ->> 1)")
     )
 });
@@ -80,12 +82,17 @@ pub(super) async fn insert_all(
     let mut inserted: HashSet<String> = HashSet::with_capacity(jobs.len());
     for chunk in jobs.chunks(CHUNK) {
         let rows = Value::Array(chunk.iter().map(|j| row(j, now)).collect());
-        let ids: Vec<String> = sqlx::query_scalar(&INSERT)
+        let stored = sqlx::query(&INSERT)
             .bind(rows.to_string())
             .bind(now)
-            .fetch_all(&mut *conn)
-            .await?;
-        inserted.extend(ids);
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+        if usize::try_from(stored).is_ok_and(|n| n == chunk.len()) {
+            inserted.extend(chunk.iter().map(|j| j.id.clone()));
+        } else {
+            inserted.extend(inserted_of(conn, chunk, now).await?);
+        }
     }
     let duplicates = live_duplicates(conn, jobs, &inserted).await?;
     jobs.iter()
@@ -108,6 +115,25 @@ pub(super) async fn insert_all(
             }
         })
         .collect()
+}
+
+/// The ids of `chunk` that its insert at `now` stored, when some of it
+/// conflicted (a job's fresh id that exists with this insert's creation
+/// time was stored by it).
+async fn inserted_of(
+    conn: &mut SqliteConnection,
+    chunk: &[InsertJob],
+    now: i64,
+) -> Result<Vec<String>, StoreError> {
+    let ids: Vec<&str> = chunk.iter().map(|j| j.id.as_str()).collect();
+    Ok(sqlx::query_scalar(
+        "SELECT id FROM boxcar_jobs WHERE id IN (SELECT value FROM json_each(?1)) \
+         AND created_at = ?2",
+    )
+    .bind(json!(ids).to_string())
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await?)
 }
 
 /// Fails with the first parent that is neither in the batch nor stored.
