@@ -103,3 +103,31 @@ async fn a_commit_beside_our_empty_rescues_is_published() {
         "only {rescues} rescues ran beside the inserts"
     );
 }
+
+/// A watch that has seen no commit for a while polls less often, and still
+/// publishes the other instance's next commit within its quiet interval
+/// (32 ms), then polls fast again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_watch_still_publishes_the_next_commit_soon() {
+    let (_dir, mine, other) = two_stores().await;
+    let mut events = mine.subscribe();
+    let first = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
+    assert!(matches!(first, Ok(Ok(StoreEvent::Changed))), "{first:?}");
+    let queue = Queue::new(Arc::new(other), QueueOptions::default()).expect("queue");
+    for n in 0..2 {
+        tokio::time::sleep(Duration::from_millis(2_500)).await;
+        while events.try_recv().is_ok() {}
+        let start = Instant::now();
+        queue
+            .add(NewJob::new("t", &json!({ "n": n })))
+            .await
+            .expect("add");
+        let seen = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
+        assert!(matches!(seen, Ok(Ok(StoreEvent::Changed))), "{seen:?}");
+        println!(
+            "after 2.5 s of quiet, the other instance's insert was published after {:?}",
+            start.elapsed()
+        );
+        assert!(start.elapsed() < Duration::from_millis(150));
+    }
+}
