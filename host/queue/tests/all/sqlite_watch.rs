@@ -19,14 +19,20 @@ async fn two_stores() -> (tempfile::TempDir, SqliteStore, SqliteStore) {
     (dir, first, second)
 }
 
+/// `store`'s events, past the `Changed` its watch's first poll always
+/// publishes (it has nothing to compare with yet).
+async fn subscribed(store: &SqliteStore) -> tokio::sync::broadcast::Receiver<StoreEvent> {
+    let mut events = store.subscribe();
+    let first = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
+    assert!(matches!(first, Ok(Ok(StoreEvent::Changed))), "{first:?}");
+    events
+}
+
 /// The watch publishes the other instance's commits, not its own writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_the_other_instances_commits_are_published() {
     let (_dir, mine, other) = two_stores().await;
-    let mut events = mine.subscribe();
-    // The first poll always publishes (nothing to compare with yet).
-    let first = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
-    assert!(matches!(first, Ok(Ok(StoreEvent::Changed))), "{first:?}");
+    let mut events = subscribed(&mine).await;
 
     let my_queue = Queue::new(Arc::new(mine.clone()), QueueOptions::default()).expect("queue");
     for n in 0..20 {
@@ -62,9 +68,7 @@ async fn only_the_other_instances_commits_are_published() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_beside_our_empty_rescues_is_published() {
     let (_dir, mine, other) = two_stores().await;
-    let mut events = mine.subscribe();
-    let first = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
-    assert!(matches!(first, Ok(Ok(StoreEvent::Changed))), "{first:?}");
+    let mut events = subscribed(&mine).await;
 
     let rescuing = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let rescuer = {
@@ -110,9 +114,7 @@ async fn a_commit_beside_our_empty_rescues_is_published() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_watch_still_publishes_the_next_commit_soon() {
     let (_dir, mine, other) = two_stores().await;
-    let mut events = mine.subscribe();
-    let first = tokio::time::timeout(Duration::from_secs(2), events.recv()).await;
-    assert!(matches!(first, Ok(Ok(StoreEvent::Changed))), "{first:?}");
+    let mut events = subscribed(&mine).await;
     let queue = Queue::new(Arc::new(other), QueueOptions::default()).expect("queue");
     for n in 0..2 {
         tokio::time::sleep(Duration::from_millis(2_500)).await;

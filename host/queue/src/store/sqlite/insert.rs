@@ -22,7 +22,7 @@ use chrono::Utc;
 use serde_json::{json, Value};
 use sqlx::SqliteConnection;
 
-use super::rows::ms;
+use super::rows::{json_list, ms};
 use crate::job::AddResult;
 use crate::store::sql::{type_max_attempts, LIVE};
 use crate::store::{InsertJob, StoreError};
@@ -130,7 +130,7 @@ async fn inserted_of(
         "SELECT id FROM boxcar_jobs WHERE id IN (SELECT value FROM json_each(?1)) \
          AND created_at = ?2",
     )
-    .bind(json!(ids).to_string())
+    .bind(json_list(&ids))
     .bind(now)
     .fetch_all(&mut *conn)
     .await?)
