@@ -13,7 +13,7 @@ use crate::guards::{ClaimGuards, RateWindow};
 use crate::handler::Scope;
 use crate::job::{Job, JobStatus};
 use crate::schedule::ScheduleRecord;
-use crate::store::policy::guards::{ClaimTx, GuardReads};
+use crate::store::policy::guards::{Candidate, ClaimTx, GuardReads};
 use crate::store::policy::rescue::{Rescue, RescueTx};
 use crate::store::policy::schedules::ScheduleTx;
 use crate::store::schedules::DeclaredSchedule;
@@ -105,7 +105,7 @@ impl ClaimTx for MemTx<'_> {
         job_type: &str,
         window: u32,
         _guards: &ClaimGuards,
-    ) -> Result<Vec<Job>, StoreError> {
+    ) -> Result<Vec<Candidate>, StoreError> {
         let now = self.now;
         let parents: HashSet<&str> = self
             .st
@@ -126,7 +126,11 @@ impl ClaimTx for MemTx<'_> {
         Ok(candidates
             .into_iter()
             .take(window as usize)
-            .cloned()
+            .map(|j| Candidate {
+                id: j.id.clone(),
+                scope: j.scope.clone(),
+                expires_at: j.expires_at,
+            })
             .collect())
     }
 
@@ -138,21 +142,26 @@ impl ClaimTx for MemTx<'_> {
         }))
     }
 
-    async fn claim_one(
+    async fn claim_ids(
         &mut self,
-        id: &str,
+        ids: &[String],
         claim: &ClaimParams,
-    ) -> Result<Option<Job>, StoreError> {
+    ) -> Result<Vec<Job>, StoreError> {
         let now = self.now;
-        Ok(self.change_pending(id, |job| {
-            job.status = JobStatus::Running;
-            job.lease_owner = Some(claim.worker_id.clone());
-            job.lease_expires_at = Some(time::after(now, claim.lease));
-            job.started_at = Some(now);
-            job.attempts += 1;
-            job.handler_version.clone_from(&claim.handler_version);
-            job.updated_at = now;
-        }))
+        Ok(ids
+            .iter()
+            .filter_map(|id| {
+                self.change_pending(id, |job| {
+                    job.status = JobStatus::Running;
+                    job.lease_owner = Some(claim.worker_id.clone());
+                    job.lease_expires_at = Some(time::after(now, claim.lease));
+                    job.started_at = Some(now);
+                    job.attempts += 1;
+                    job.handler_version.clone_from(&claim.handler_version);
+                    job.updated_at = now;
+                })
+            })
+            .collect())
     }
 
     async fn store_rate_window(&mut self, key: &str, window: RateWindow) -> Result<(), StoreError> {

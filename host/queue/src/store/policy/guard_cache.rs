@@ -9,9 +9,12 @@
 //!   other claim under the same guards adds a lease meanwhile; a lease
 //!   another host gives up meanwhile only makes a remembered count higher
 //!   than the truth — the claim stays on the safe side;
-//! - each job it claims is applied to the memory ([`CachedReads::claimed`]):
-//!   its scope becomes busy and its type's live count grows by one;
-//! - a rate window it stores is remembered as stored.
+//! - each job it admits is applied to the memory ([`CachedReads::claimed`])
+//!   before the next candidate is weighed: its scope becomes busy and its
+//!   type's live count grows by one (the claim writes all admitted jobs
+//!   together afterwards);
+//! - a rate window after an admitted spend is remembered as the one the
+//!   claim will store.
 //!
 //! The `not_while_running` / `waits_for` answers are not remembered: the
 //! claimed type may be listed there, and either answer stops the claim.
@@ -48,7 +51,7 @@ impl<'a, R: GuardReads> CachedReads<'a, R> {
         self.inner
     }
 
-    /// Applies a job just claimed: a live lease of `job_type` in `scope`.
+    /// Applies a job just admitted: a live lease of `job_type` in `scope`.
     pub(crate) fn claimed(&mut self, job_type: &str, scope: Option<&Scope>) {
         if let Some(scope) = scope {
             self.busy_scopes.insert(scope.clone(), true);
@@ -64,7 +67,7 @@ impl<'a, R: GuardReads> CachedReads<'a, R> {
         }
     }
 
-    /// Remembers a rate window the claim stored.
+    /// Remembers a rate window the claim will store.
     pub(crate) fn stored_rate_window(&mut self, key: &str, window: RateWindow) {
         self.rate_windows.insert(key.to_string(), window);
     }

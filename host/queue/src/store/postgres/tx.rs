@@ -21,9 +21,9 @@ use crate::attempt::AttemptOutcome;
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus, RateWindow};
 use crate::handler::Scope;
 use crate::job::Job;
-use crate::store::policy::guards::{self as guard_policy, ClaimTx, GuardReads};
+use crate::store::policy::guards::{self as guard_policy, Candidate, ClaimTx, GuardReads};
 use crate::store::policy::rescue::{self as rescue_policy, Rescue, RescueTx};
-use crate::store::sql::{jobs_from_rows, type_counts, Dialect, SqlEnding};
+use crate::store::sql::{candidates_from_rows, jobs_from_rows, type_counts, Dialect, SqlEnding};
 use crate::store::{ClaimParams, ClaimResult, StoreError, EXPIRED_CODE, EXPIRED_ERROR};
 use crate::time;
 
@@ -114,7 +114,7 @@ impl ClaimTx for PgTx<'_> {
         job_type: &str,
         window: u32,
         guards: &ClaimGuards,
-    ) -> Result<Vec<Job>, StoreError> {
+    ) -> Result<Vec<Candidate>, StoreError> {
         let scope_types: Vec<String> = if guards.serialize_by_scope {
             sqlx::query_scalar(&format!(
                 "SELECT DISTINCT scope_type FROM (SELECT scope_type FROM {} \
@@ -142,7 +142,7 @@ impl ClaimTx for PgTx<'_> {
             .bind(i64::from(window))
             .fetch_all(&mut *self.conn)
             .await?;
-        jobs_from_rows(&rows)
+        candidates_from_rows(&rows)
     }
 
     async fn expire(&mut self, id: &str) -> Result<Option<Job>, StoreError> {
@@ -155,19 +155,19 @@ impl ClaimTx for PgTx<'_> {
         Ok(jobs_from_rows(&rows)?.pop())
     }
 
-    async fn claim_one(
+    async fn claim_ids(
         &mut self,
-        id: &str,
+        ids: &[String],
         claim: &ClaimParams,
-    ) -> Result<Option<Job>, StoreError> {
-        let rows = sqlx::query(&self.sql.claim_one())
+    ) -> Result<Vec<Job>, StoreError> {
+        let rows = sqlx::query(&self.sql.claim_ids())
             .bind(&claim.worker_id)
             .bind(time::millis(claim.lease))
             .bind(&claim.handler_version)
-            .bind(id)
+            .bind(ids)
             .fetch_all(&mut *self.conn)
             .await?;
-        Ok(jobs_from_rows(&rows)?.pop())
+        jobs_from_rows(&rows)
     }
 
     async fn store_rate_window(&mut self, key: &str, window: RateWindow) -> Result<(), StoreError> {

@@ -36,6 +36,7 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 
+use super::policy::guards::Candidate;
 use super::{CancelledJob, StoreError};
 use crate::handler::Scope;
 use crate::job::{HandlerEvent, HandlerEventKind, Job, JobStatus, StatusCounts, TypeCounts};
@@ -159,6 +160,21 @@ pub(super) fn job_from_row(r: &impl SqlRow) -> Result<Job, StoreError> {
         created_at: r.time("created_at")?,
         updated_at: r.time("updated_at")?,
     })
+}
+
+/// A guarded claim's candidate from a row with `id, scope_type, scope_id,
+/// expires_at`.
+fn candidate_from_row(r: &impl SqlRow) -> Result<Candidate, StoreError> {
+    Ok(Candidate {
+        id: r.text("id")?,
+        scope: scope(r)?,
+        expires_at: r.opt_time("expires_at")?,
+    })
+}
+
+/// Candidates from rows with the columns of [`candidate_from_row`].
+pub(super) fn candidates_from_rows<R: SqlRow>(rows: &[R]) -> Result<Vec<Candidate>, StoreError> {
+    rows.iter().map(candidate_from_row).collect()
 }
 
 /// Jobs from rows with the [`JOB_COLS`].

@@ -86,16 +86,17 @@ impl Dialect {
         )
     }
 
-    /// Up to `$2` due pending jobs of type `$1` without live children, in
-    /// claim order (locked on Postgres).
+    /// `id, scope_type, scope_id, expires_at` of up to `$2` due pending
+    /// jobs of type `$1` without live children, in claim order (locked on
+    /// Postgres).
     pub(in crate::store) fn candidates(&self) -> String {
         format!(
-            "SELECT {cols} FROM {t} j WHERE status = 'pending' AND job_type = $1 \
-               AND run_at <= {now} \
+            "SELECT id, scope_type, scope_id, expires_at FROM {t} j \
+             WHERE status = 'pending' AND job_type = $1 AND {run_at} <= {now} \
                AND NOT EXISTS (SELECT 1 FROM {t} c WHERE c.parent_id = j.id AND c.{LIVE}) \
              ORDER BY priority, run_at, id LIMIT $2{lock}",
-            cols = *JOB_COLS,
             t = self.jobs,
+            run_at = self.unindexed("run_at"),
             now = self.now(3),
             lock = self.lock_rows()
         )
@@ -113,17 +114,19 @@ impl Dialect {
         )
     }
 
-    /// Claims the pending job `$4` for worker `$1` under a lease of `$2`
-    /// milliseconds, recording handler version `$3`.
-    pub(in crate::store) fn claim_one(&self) -> String {
+    /// Claims the pending jobs among `$4` for worker `$1` under a lease of
+    /// `$2` ms, handler version `$3`.
+    pub(in crate::store) fn claim_ids(&self) -> String {
         let now = self.now(5);
         format!(
             "UPDATE {} SET status = 'running', lease_owner = $1, lease_expires_at = {lease}, \
                started_at = {now}, attempts = attempts + 1, handler_version = $3, \
                updated_at = {now} \
-             WHERE id = $4 AND status = 'pending' RETURNING {cols}",
+             WHERE {ids} AND {status} = 'pending' RETURNING {cols}",
             self.jobs,
             lease = self.plus_ms(&now, "$2"),
+            ids = self.in_list("id", 4),
+            status = self.unindexed("status"),
             cols = *JOB_COLS
         )
     }

@@ -55,7 +55,7 @@ pub(super) async fn due_types(
 /// The claim statement for `chunk`: `?1` now, `?2` expired error, `?3`
 /// worker, `?4` the per-type leases and versions as JSON, `?5` expired
 /// code, `?6…` the types.
-fn claim_sql(chunk: &[TypeClaim]) -> String {
+pub(super) fn claim_sql(chunk: &[TypeClaim]) -> String {
     let candidates: Vec<String> = chunk
         .iter()
         .enumerate()

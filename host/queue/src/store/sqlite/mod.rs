@@ -34,6 +34,8 @@ mod due;
 mod events;
 mod history;
 mod insert;
+#[cfg(test)]
+mod plans;
 mod rows;
 mod schedules;
 mod tx;

@@ -19,9 +19,9 @@ use crate::attempt::AttemptOutcome;
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus, RateWindow};
 use crate::handler::Scope;
 use crate::job::Job;
-use crate::store::policy::guards::{self as guard_policy, ClaimTx, GuardReads};
+use crate::store::policy::guards::{self as guard_policy, Candidate, ClaimTx, GuardReads};
 use crate::store::policy::rescue::{self as rescue_policy, Rescue, RescueTx};
-use crate::store::sql::{jobs_from_rows, type_counts, Dialect, SqlEnding};
+use crate::store::sql::{candidates_from_rows, jobs_from_rows, type_counts, Dialect, SqlEnding};
 use crate::store::{ClaimParams, ClaimResult, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR};
 use crate::time;
 
@@ -113,14 +113,14 @@ impl ClaimTx for SqliteTx<'_> {
         job_type: &str,
         window: u32,
         guards: &ClaimGuards,
-    ) -> Result<Vec<Job>, StoreError> {
+    ) -> Result<Vec<Candidate>, StoreError> {
         let rows = sqlx::query(&self.sql.candidates())
             .bind(job_type)
             .bind(i64::from(window))
             .bind(self.now)
             .fetch_all(&mut *self.conn)
             .await?;
-        let candidates = jobs_from_rows(&rows)?;
+        let candidates = candidates_from_rows(&rows)?;
         let scope_types = candidates
             .iter()
             .filter_map(|c| c.scope.as_ref())
@@ -146,20 +146,20 @@ impl ClaimTx for SqliteTx<'_> {
         Ok(jobs_from_rows(&rows)?.pop())
     }
 
-    async fn claim_one(
+    async fn claim_ids(
         &mut self,
-        id: &str,
+        ids: &[String],
         claim: &ClaimParams,
-    ) -> Result<Option<Job>, StoreError> {
-        let rows = sqlx::query(&self.sql.claim_one())
+    ) -> Result<Vec<Job>, StoreError> {
+        let rows = sqlx::query(&self.sql.claim_ids())
             .bind(&claim.worker_id)
             .bind(time::millis(claim.lease))
             .bind(&claim.handler_version)
-            .bind(id)
+            .bind(json_list(ids))
             .bind(self.now)
             .fetch_all(&mut *self.conn)
             .await?;
-        Ok(jobs_from_rows(&rows)?.pop())
+        jobs_from_rows(&rows)
     }
 
     async fn store_rate_window(&mut self, key: &str, window: RateWindow) -> Result<(), StoreError> {
