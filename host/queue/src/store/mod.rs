@@ -29,6 +29,8 @@ pub mod connect;
 pub mod deployed_types;
 pub mod due;
 pub mod memory;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod migrations;
 pub(crate) mod policy;
 #[cfg(feature = "postgres")]
 pub mod postgres;

@@ -98,3 +98,33 @@ async fn sqlite_open_retries_while_another_process_sets_the_file_up() {
         .expect("open task")
         .expect("open waits for the set-up, then succeeds");
 }
+
+/// A file already at this build's schema opens and answers reads while
+/// another process holds its write lock (as one stopped mid-write does until
+/// it resumes): opening must not take the write lock just to find that
+/// every migration is applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migrated_sqlite_file_opens_and_reads_while_another_process_holds_the_write_lock() {
+    use sqlx::{Connection, Executor};
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("held.db").display());
+    connect(&url).await.expect("first connect migrates");
+    let opts = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(&url)
+        .expect("options")
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+    let mut holder = sqlx::SqliteConnection::connect_with(&opts)
+        .await
+        .expect("holder");
+    holder.execute("BEGIN IMMEDIATE").await.expect("write lock");
+    let reading = async {
+        let store = connect(&url).await?;
+        store.count_by_status().await
+    };
+    let counts = tokio::time::timeout(Duration::from_secs(5), reading)
+        .await
+        .expect("a connect and a read waited for another process's write lock")
+        .expect("connect and count");
+    assert_eq!(counts.pending, 0);
+    holder.execute("ROLLBACK").await.expect("release");
+}

@@ -53,6 +53,7 @@ use tokio::sync::broadcast;
 
 use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 use super::due::{ClaimManyParams, DueTypes};
+use super::migrations::{self, Applied};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::sql::{sql_job_store, Dialect};
 use super::{
@@ -116,6 +117,18 @@ async fn connect_pool(opts: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Er
             }
             other => return other,
         }
+    }
+}
+
+/// Whether the file already holds exactly this build's migrations (one
+/// read; any error answers `false`).
+async fn schema_is_current(pool: &SqlitePool, migrator: &sqlx::migrate::Migrator) -> bool {
+    match sqlx::query_as::<_, Applied>(&migrations::applied_query(""))
+        .fetch_all(pool)
+        .await
+    {
+        Ok(applied) => migrations::is_current(&applied, migrator),
+        Err(_) => false,
     }
 }
 
@@ -210,11 +223,18 @@ sql_job_store!(SqliteStore {
         // savepoint): the write lock is held from before the applied list is
         // read until the last migration commits, and a second process waits
         // through the busy timeout, then finds everything applied.
+        //
+        // A file already at this build's schema is recognised with a read
+        // alone: commands that only read (`counts`, `jobs`) must not wait
+        // for the write lock, which another process may hold for long (one
+        // stopped by a debugger or SIGSTOP holds it until it resumes).
+        let migrator = sqlx::migrate!("../../migrations/sqlite");
+        if schema_is_current(&self.pool, &migrator).await {
+            return Ok(());
+        }
         let _w = self.write.lock().await;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::migrate!("../../migrations/sqlite")
-            .run_direct(&mut *tx)
-            .await?;
+        migrator.run_direct(&mut *tx).await?;
         tx.commit().await?;
         Ok(())
     }
