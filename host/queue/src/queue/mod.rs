@@ -6,6 +6,7 @@
 //! other processes through their reconcile pass; the facade holds no SQL.
 
 mod history;
+mod sent;
 mod wait;
 
 use std::sync::Arc;
@@ -13,6 +14,8 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use parking_lot::RwLock;
 use tokio::sync::Notify;
+
+use self::sent::Sent;
 
 use crate::guards::{Blocker, ClaimGuards, PoolGuard, PoolStatus};
 use crate::handler::Scope;
@@ -220,20 +223,6 @@ impl Queue {
         })
     }
 
-    fn map_parent(e: StoreError, jobs: &[InsertJob]) -> QueueError {
-        match e {
-            StoreError::UnknownParent(p) => QueueError::Enqueue(EnqueueError::UnknownParent {
-                job_type: jobs
-                    .iter()
-                    .find(|j| j.parent_id.as_deref() == Some(p.as_str()))
-                    .map(|j| j.job_type.clone())
-                    .unwrap_or_default(),
-                parent_id: p,
-            }),
-            other => QueueError::Store(other),
-        }
-    }
-
     /// Enqueues one job.
     ///
     /// # Errors
@@ -305,16 +294,14 @@ impl Queue {
         &self,
         prepared: Vec<InsertJob>,
     ) -> Result<Vec<AddResult>, QueueError> {
+        let sent = Sent::of(&prepared);
         let out = self
             .inner
             .metrics
-            .timed(
-                StoreOp::Enqueue,
-                self.inner.store.add_many(prepared.clone()),
-            )
+            .timed(StoreOp::Enqueue, self.inner.store.add_many(prepared))
             .await
-            .map_err(|e| Self::map_parent(e, &prepared))?;
-        self.wake_types(prepared.iter().map(|j| j.job_type.as_str()));
+            .map_err(|e| sent.error(e))?;
+        self.wake_types(sent.types.iter().map(String::as_str));
         Ok(out)
     }
 
@@ -336,12 +323,13 @@ impl Queue {
             c.parent_id = Some(parent_id.clone());
             all.push(c);
         }
+        let sent = Sent::of(&all);
         self.inner
             .metrics
-            .timed(StoreOp::Enqueue, self.inner.store.add_many(all.clone()))
+            .timed(StoreOp::Enqueue, self.inner.store.add_many(all))
             .await
-            .map_err(|e| Self::map_parent(e, &all))?;
-        self.wake_types(all.iter().map(|j| j.job_type.as_str()));
+            .map_err(|e| sent.error(e))?;
+        self.wake_types(sent.types.iter().map(String::as_str));
         Ok(parent_id)
     }
 
@@ -357,12 +345,13 @@ impl Queue {
         job: NewJob,
     ) -> Result<AddResult, QueueError> {
         let prepared = vec![self.prepare(job)?];
+        let sent = Sent::of(&prepared);
         let mut out = self
             .inner
             .store
-            .add_in_tx(conn.into(), prepared.clone())
+            .add_in_tx(conn.into(), prepared)
             .await
-            .map_err(|e| Self::map_parent(e, &prepared))?;
+            .map_err(|e| sent.error(e))?;
         out.pop()
             .ok_or_else(|| QueueError::Store(StoreError::Corrupt("insert returned no row".into())))
     }

@@ -2,7 +2,7 @@
 //! held under its one mutex for the whole decision — the memory store's
 //! counterpart of a database transaction.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 use chrono::{DateTime, Utc};
 
@@ -63,6 +63,24 @@ impl GuardReads for MemTx<'_> {
             .jobs
             .values()
             .any(|j| j.scope.as_ref() == Some(scope) && live(j, now)))
+    }
+
+    async fn busy_scope_ids(
+        &mut self,
+        scope_type: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let now = self.now;
+        let busy: BTreeSet<&str> = self
+            .st
+            .jobs
+            .values()
+            .filter(|j| live(j, now))
+            .filter_map(|j| j.scope.as_ref())
+            .filter(|s| s.scope_type == scope_type)
+            .map(|s| s.scope_id.as_str())
+            .collect();
+        Ok(busy.into_iter().take(limit).map(str::to_string).collect())
     }
 
     async fn live_types(&mut self, types: &[String]) -> Result<Vec<String>, StoreError> {

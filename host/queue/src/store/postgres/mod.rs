@@ -11,17 +11,19 @@
 //! - Migrations of one schema run behind a session advisory lock keyed on
 //!   the schema, so processes starting together apply each version once.
 //!
-//! Modules by concern: `writes` (insert, claim, complete, retry, fail,
+//! Modules by concern: `insert`, `writes` (claim, complete, retry, fail,
 //! release, progress), `admin` (inspect, cancel, retry failed, prune),
-//! `events`, `deployed_types`, `due` (which types have due work,
-//! multi-type claims), `listen` (the LISTEN relay), `schedules`, `tx` (the primitives the shared policies run on:
-//! guarded claims, rescue, guard answers) and `rows` (column reads).
+//! `events`, `deployed_types`, `due` (which types have due work, multi-type
+//! claims), `history` (attempts and logs), `listen` (the LISTEN relay),
+//! `schedules`, `tx` (the primitives the shared policies run on: guarded
+//! claims, rescue, guard answers) and `rows` (column reads).
 
 mod admin;
 mod deployed_types;
 mod due;
 mod events;
 mod history;
+mod insert;
 mod listen;
 mod rows;
 mod schedules;
@@ -38,6 +40,7 @@ use tokio::sync::broadcast;
 
 use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 use super::due::{ClaimManyParams, DueTypes};
+use super::migrations::{self, Applied};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::sql::{sql_job_store, Dialect};
 use super::{
@@ -89,7 +92,11 @@ impl Drop for PostgresStore {
 
 /// Applies the migrations to `schema` on `conn`, holding a session advisory
 /// lock keyed on the schema name for the whole run.
-async fn migrate_schema(conn: &mut PgConnection, schema: &str) -> Result<(), StoreError> {
+async fn migrate_schema(
+    conn: &mut PgConnection,
+    schema: &str,
+    migrator: &sqlx::migrate::Migrator,
+) -> Result<(), StoreError> {
     sqlx::query("SELECT pg_advisory_lock(hashtext('boxcar.migrate'), hashtext($1))")
         .bind(schema)
         .execute(&mut *conn)
@@ -100,9 +107,7 @@ async fn migrate_schema(conn: &mut PgConnection, schema: &str) -> Result<(), Sto
     sqlx::query(&format!("SET search_path TO {schema}"))
         .execute(&mut *conn)
         .await?;
-    sqlx::migrate!("../../migrations/postgres")
-        .run_direct(&mut *conn)
-        .await?;
+    migrator.run_direct(&mut *conn).await?;
     sqlx::query("RESET search_path").execute(&mut *conn).await?;
     sqlx::query("SELECT pg_advisory_unlock(hashtext('boxcar.migrate'), hashtext($1))")
         .bind(schema)
@@ -204,8 +209,19 @@ sql_job_store!(PostgresStore {
         // session lock per schema around everything, and a connection that
         // saw an error is closed rather than returned (dropping any lock it
         // still holds).
+        let migrator = sqlx::migrate!("../../migrations/postgres");
+        let current = sqlx::query_as::<_, Applied>(&migrations::applied_query(&format!(
+            "{}.",
+            self.schema
+        )))
+        .fetch_all(&self.pool)
+        .await
+        .is_ok_and(|applied| migrations::is_current(&applied, &migrator));
+        if current {
+            return Ok(());
+        }
         let mut conn = self.pool.acquire().await?;
-        let res = migrate_schema(&mut conn, &self.schema).await;
+        let res = migrate_schema(&mut conn, &self.schema, &migrator).await;
         if res.is_err() {
             conn.close().await.ok();
         }
@@ -220,7 +236,7 @@ sql_job_store!(PostgresStore {
 
     async fn add_many(&self, jobs: Vec<InsertJob>) -> Result<Vec<AddResult>, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        writes::insert_all(&mut conn, &self.sql, &jobs).await
+        insert::insert_all(&mut conn, &self.sql, &jobs).await
     }
 
     async fn add_in_tx(
@@ -229,7 +245,7 @@ sql_job_store!(PostgresStore {
         jobs: Vec<InsertJob>,
     ) -> Result<Vec<AddResult>, StoreError> {
         match conn {
-            TxConn::Postgres(c) => writes::insert_all(c, &self.sql, &jobs).await,
+            TxConn::Postgres(c) => insert::insert_all(c, &self.sql, &jobs).await,
             #[allow(unreachable_patterns)]
             _ => Err(StoreError::Unsupported(
                 "this queue uses Postgres; enqueue through a Postgres transaction on the same database".into(),

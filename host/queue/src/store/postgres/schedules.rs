@@ -11,8 +11,8 @@
 
 use chrono::{DateTime, Utc};
 
+use super::insert::insert_all;
 use super::tx::PgTx;
-use super::writes::insert_all;
 use super::PostgresStore;
 use crate::job::AddResult;
 use crate::schedule::ScheduleRecord;

@@ -3,8 +3,9 @@
 //! statements are the shared ones (`store::sql::statements`); this module
 //! binds Postgres' values (times as `timestamptz`, lists as arrays).
 //!
-//! Invariants: a guarded claim locks one guard row per guard in sorted key
-//! order (an upsert takes the row lock) *before* it locks its candidates
+//! Invariants: a guarded claim locks one guard row per guard, in byte order
+//! of the key and in one statement (an upsert takes each row's lock),
+//! *before* it locks its candidates
 //! (`FOR UPDATE SKIP LOCKED`), so competing guarded claimers queue on the
 //! guard rows, and under READ COMMITTED each statement after the lock sees
 //! every claim the previous holder committed: two workers cannot both pass
@@ -78,6 +79,18 @@ impl GuardReads for PgTx<'_> {
         Ok(row.is_some())
     }
 
+    async fn busy_scope_ids(
+        &mut self,
+        scope_type: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.busy_scope_ids())
+            .bind(scope_type)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *self.conn)
+            .await?)
+    }
+
     async fn live_types(&mut self, types: &[String]) -> Result<Vec<String>, StoreError> {
         self.types(self.sql.live_types(), types).await
     }
@@ -130,10 +143,10 @@ impl ClaimTx for PgTx<'_> {
         } else {
             Vec::new()
         };
-        let lock = self.sql.lock_guard();
-        for key in guards.lock_keys(job_type, scope_types.iter().map(String::as_str)) {
-            sqlx::query(&lock)
-                .bind(key)
+        let keys = guards.lock_keys(job_type, scope_types.iter().map(String::as_str));
+        if !keys.is_empty() {
+            sqlx::query(&self.sql.lock_guards())
+                .bind(&keys)
                 .execute(&mut *self.conn)
                 .await?;
         }

@@ -145,6 +145,16 @@ impl Dialect {
         }
     }
 
+    /// `col` compared byte by byte (the order of Rust's `str` sort).
+    pub(super) fn byte_order(&self, col: &str) -> String {
+        match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => format!("{col} COLLATE BINARY"),
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => format!("{col} COLLATE \"C\""),
+        }
+    }
+
     /// The larger of `a` and `b`.
     pub(super) fn greatest(&self, a: &str, b: &str) -> String {
         match self.backend {

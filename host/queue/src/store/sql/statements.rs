@@ -18,6 +18,20 @@ impl Dialect {
         )
     }
 
+    /// Up to `$2` distinct ids of scopes of type `$1` with a job holding a
+    /// live lease. Reads the running jobs only: `scope_type` is hidden from
+    /// the planner, which would otherwise walk every job of the scope type
+    /// in the scope index.
+    pub(in crate::store) fn busy_scope_ids(&self) -> String {
+        format!(
+            "SELECT DISTINCT scope_id FROM {} WHERE status = 'running' \
+               AND {} = $1 AND lease_expires_at > {} LIMIT $2",
+            self.jobs,
+            self.unindexed("scope_type"),
+            self.now(3)
+        )
+    }
+
     /// A job of type `u.value` holding a live lease at `now`.
     fn live_of_type(&self, now: &str) -> String {
         format!(
@@ -76,13 +90,16 @@ impl Dialect {
         )
     }
 
-    /// Creates or bumps the guard row `$1`, taking its lock until the
-    /// transaction ends.
-    pub(in crate::store) fn lock_guard(&self) -> String {
+    /// Locks the guard rows of the keys `$1` (creating the missing ones),
+    /// one statement for all, in byte order of the key: every claimer locks
+    /// in that order, so two claims never wait on each other's rows.
+    pub(in crate::store) fn lock_guards(&self) -> String {
         format!(
-            "INSERT INTO {} AS g (key, seq) VALUES ($1, 1) \
-             ON CONFLICT (key) DO UPDATE SET seq = g.seq + 1",
-            self.guards
+            "INSERT INTO {} AS g (key, seq) SELECT u.value, 1 FROM {} WHERE true \
+             ORDER BY {} ON CONFLICT (key) DO UPDATE SET seq = g.seq + 1",
+            self.guards,
+            self.list_rows(1),
+            self.byte_order("u.value")
         )
     }
 

@@ -9,6 +9,10 @@
 //! attempt budget is the type's newest deploy's, else its default (see
 //! `store::deployed_types`).
 //!
+//! A single job without a parent is first tried as one statement on its
+//! own (no `BEGIN`/`COMMIT` round trips); only if its dedupe key is held
+//! does it take the transactional path.
+//!
 //! Invariants: the caller holds the write transaction (`BEGIN IMMEDIATE`),
 //! so nothing else inserts between the statement and the dedupe lookup; a
 //! job that was not inserted is a duplicate of a live job with its dedupe
@@ -115,6 +119,26 @@ pub(super) async fn insert_all(
             }
         })
         .collect()
+}
+
+/// Inserts `job` with one statement of its own, outside any transaction (a
+/// statement is atomic), and answers whether it was stored: a job whose
+/// dedupe key a live job holds is not, and is left to [`insert_all`] under
+/// the write transaction. For a job without a parent only: its parent's
+/// existence is checked inside a transaction.
+pub(super) async fn try_insert_alone(
+    pool: &sqlx::SqlitePool,
+    job: &InsertJob,
+) -> Result<bool, StoreError> {
+    let now = ms(Utc::now());
+    let rows = Value::Array(vec![row(job, now)]);
+    let stored = sqlx::query(&INSERT)
+        .bind(rows.to_string())
+        .bind(now)
+        .execute(pool)
+        .await?
+        .rows_affected();
+    Ok(stored == 1)
 }
 
 /// The ids of `chunk` that its insert at `now` stored, when some of it

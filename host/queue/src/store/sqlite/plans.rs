@@ -63,3 +63,18 @@ async fn an_unguarded_claim_walks_the_claim_index() {
     };
     assert_walks_claim_index(&plan(&super::due::claim_sql(&[claim]), 6).await);
 }
+
+#[tokio::test]
+async fn a_claims_busy_scopes_read_walks_the_running_jobs_only() {
+    let lines = plan(&Dialect::sqlite().busy_scope_ids(), 3).await;
+    assert!(
+        !lines.iter().any(|l| l.contains("boxcar_jobs_scope")),
+        "not every job of the scope type: {lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("boxcar_jobs_lease") || l.contains("boxcar_jobs_status_created")),
+        "an index of the running jobs: {lines:?}"
+    );
+}

@@ -73,6 +73,19 @@ impl GuardReads for SqliteTx<'_> {
         Ok(row.is_some())
     }
 
+    async fn busy_scope_ids(
+        &mut self,
+        scope_type: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(&self.sql.busy_scope_ids())
+            .bind(scope_type)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(self.now)
+            .fetch_all(&mut *self.conn)
+            .await?)
+    }
+
     async fn live_types(&mut self, types: &[String]) -> Result<Vec<String>, StoreError> {
         self.types(self.sql.live_types(), types).await
     }
@@ -125,10 +138,10 @@ impl ClaimTx for SqliteTx<'_> {
             .iter()
             .filter_map(|c| c.scope.as_ref())
             .map(|s| s.scope_type.as_str());
-        let lock = self.sql.lock_guard();
-        for key in guards.lock_keys(job_type, scope_types) {
-            sqlx::query(&lock)
-                .bind(key)
+        let keys = guards.lock_keys(job_type, scope_types);
+        if !keys.is_empty() {
+            sqlx::query(&self.sql.lock_guards())
+                .bind(json_list(&keys))
                 .execute(&mut *self.conn)
                 .await?;
         }

@@ -31,9 +31,25 @@ pub(super) async fn add_many(
     jobs: Vec<InsertJob>,
 ) -> Result<Vec<AddResult>, StoreError> {
     let _w = store.write.lock().await;
-    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
-    let out = insert::insert_all(&mut tx, &jobs).await?;
-    tx.commit().await?;
+    let stored_alone =
+        match jobs.as_slice() {
+            [job] if job.parent_id.is_none() => insert::try_insert_alone(&store.pool, job)
+                .await?
+                .then(|| AddResult {
+                    id: job.id.clone(),
+                    deduplicated: false,
+                }),
+            _ => None,
+        };
+    let out = match stored_alone {
+        Some(result) => vec![result],
+        None => {
+            let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let out = insert::insert_all(&mut tx, &jobs).await?;
+            tx.commit().await?;
+            out
+        }
+    };
     let mut types: Vec<&str> = jobs.iter().map(|j| j.job_type.as_str()).collect();
     types.sort_unstable();
     types.dedup();

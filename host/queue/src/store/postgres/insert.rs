@@ -1,0 +1,272 @@
+//! Job inserts on Postgres: one `INSERT … SELECT FROM unnest(…)` per round,
+//! every column bound as one array borrowed from the batch (no copy of a
+//! payload or an id).
+//!
+//! A job's unset attempt budget is its type's newest deploy's, else its
+//! default (see `store::deployed_types`): the newest deploy of each type of
+//! the batch is read once per statement and joined, not looked up per row.
+//!
+//! Invariants: ids are fresh UUIDv7s, so only a dedupe key can conflict. A
+//! batch without one is a plain insert (`ON CONFLICT` makes Postgres insert
+//! speculatively: an arbiter-index probe and an extra WAL record per row)
+//! that stores every job or fails whole, and returns no rows. A batch with
+//! dedupe keys resolves a live conflict to the existing id, in a few rounds
+//! for races with finishing duplicates. A parent outside the batch must
+//! exist.
+
+use std::collections::{BTreeSet, HashMap};
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+
+use crate::job::AddResult;
+use crate::store::sql::{Dialect, LIVE};
+use crate::store::{InsertJob, StoreError};
+use crate::time;
+
+/// Rounds of insert-then-resolve before a batch with dedupe keys gives up.
+const ROUNDS: usize = 5;
+
+/// The insert's columns, one array per column, borrowing the jobs.
+#[derive(Default)]
+struct Columns<'a> {
+    id: Vec<&'a str>,
+    job_type: Vec<&'a str>,
+    payload: Vec<&'a str>,
+    scope_type: Vec<Option<&'a str>>,
+    scope_id: Vec<Option<&'a str>>,
+    priority: Vec<i32>,
+    run_at: Vec<Option<DateTime<Utc>>>,
+    delay_ms: Vec<i64>,
+    max_attempts: Vec<Option<i32>>,
+    default_max_attempts: Vec<i32>,
+    dedupe_key: Vec<Option<&'a str>>,
+    parent_id: Vec<Option<&'a str>>,
+    schedule_id: Vec<Option<&'a str>>,
+    expires_at: Vec<Option<DateTime<Utc>>>,
+    ttl_ms: Vec<Option<i64>>,
+    traceparent: Vec<Option<&'a str>>,
+}
+
+impl<'a> Columns<'a> {
+    fn of(jobs: &[&'a InsertJob]) -> Self {
+        let attempts = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+        let mut c = Self::default();
+        for j in jobs {
+            c.id.push(&j.id);
+            c.job_type.push(&j.job_type);
+            c.payload.push(&j.payload);
+            c.scope_type
+                .push(j.scope.as_ref().map(|s| s.scope_type.as_str()));
+            c.scope_id
+                .push(j.scope.as_ref().map(|s| s.scope_id.as_str()));
+            c.priority.push(j.priority);
+            c.run_at.push(j.run_at);
+            c.delay_ms.push(time::millis(j.delay));
+            c.max_attempts.push(j.max_attempts.map(attempts));
+            c.default_max_attempts
+                .push(attempts(j.default_max_attempts));
+            c.dedupe_key.push(j.dedupe_key.as_deref());
+            c.parent_id.push(j.parent_id.as_deref());
+            c.schedule_id.push(j.schedule_id.as_deref());
+            c.expires_at.push(j.expires_at);
+            c.ttl_ms.push(j.ttl.map(time::millis));
+            c.traceparent.push(j.traceparent.as_deref());
+        }
+        c
+    }
+
+    /// The distinct job types, for the defaults read.
+    fn types(&self) -> Vec<&'a str> {
+        let types: BTreeSet<&'a str> = self.job_type.iter().copied().collect();
+        types.into_iter().collect()
+    }
+}
+
+/// The insert statement: `$1`..`$16` the columns, `$17` the batch's
+/// distinct types.
+fn statement(sql: &Dialect, on_conflict: &str, returning: &str) -> String {
+    format!(
+        "WITH d AS (SELECT DISTINCT ON (job_type) job_type, max_attempts \
+           FROM {deployed} WHERE job_type = ANY($17::text[]) \
+           ORDER BY job_type, deployed_at DESC, host DESC) \
+         INSERT INTO {jobs} (id, job_type, payload, scope_type, scope_id, priority, run_at, \
+           max_attempts, dedupe_key, parent_id, schedule_id, expires_at, traceparent) \
+         SELECT t.id, t.job_type, t.payload, t.scope_type, t.scope_id, t.priority, {run_at}, \
+           COALESCE(t.max_attempts, d.max_attempts, t.default_max_attempts), \
+           t.dedupe_key, t.parent_id, t.schedule_id, \
+           COALESCE(t.expires_at, CASE WHEN t.ttl_ms IS NOT NULL THEN {ttl} END), t.traceparent \
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], \
+           $7::timestamptz[], $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], \
+           $13::timestamptz[], $14::int8[], $15::int4[], $16::text[]) \
+           AS t(id, job_type, payload, scope_type, scope_id, priority, run_at, delay_ms, \
+                max_attempts, dedupe_key, parent_id, schedule_id, expires_at, ttl_ms, \
+                default_max_attempts, traceparent) \
+           LEFT JOIN d ON d.job_type = t.job_type \
+         {on_conflict} {returning}",
+        deployed = sql.deployed_types,
+        jobs = sql.jobs,
+        run_at = sql.plus_ms("COALESCE(t.run_at, now())", "t.delay_ms"),
+        ttl = sql.plus_ms("now()", "t.ttl_ms"),
+    )
+}
+
+/// `statement` bound to the columns of `c`.
+fn bound<'q>(
+    statement: &'q str,
+    c: &'q Columns<'q>,
+    types: &'q [&'q str],
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(statement)
+        .bind(&c.id)
+        .bind(&c.job_type)
+        .bind(&c.payload)
+        .bind(&c.scope_type)
+        .bind(&c.scope_id)
+        .bind(&c.priority)
+        .bind(&c.run_at)
+        .bind(&c.delay_ms)
+        .bind(&c.max_attempts)
+        .bind(&c.dedupe_key)
+        .bind(&c.parent_id)
+        .bind(&c.schedule_id)
+        .bind(&c.expires_at)
+        .bind(&c.ttl_ms)
+        .bind(&c.default_max_attempts)
+        .bind(&c.traceparent)
+        .bind(types)
+}
+
+/// Fails with the first parent that is neither in the batch nor stored.
+async fn check_parents(
+    conn: &mut PgConnection,
+    sql: &Dialect,
+    jobs: &[InsertJob],
+) -> Result<(), StoreError> {
+    let parents: Vec<&str> = jobs
+        .iter()
+        .filter_map(|j| j.parent_id.as_deref())
+        .filter(|p| !jobs.iter().any(|o| o.id == *p))
+        .collect();
+    if parents.is_empty() {
+        return Ok(());
+    }
+    let found: Vec<String> =
+        sqlx::query_scalar(&format!("SELECT id FROM {} WHERE id = ANY($1)", sql.jobs))
+            .bind(&parents)
+            .fetch_all(&mut *conn)
+            .await?;
+    match parents.into_iter().find(|p| !found.iter().any(|f| f == p)) {
+        Some(missing) => Err(StoreError::UnknownParent(missing.to_string())),
+        None => Ok(()),
+    }
+}
+
+/// Inserts jobs on `conn` (the caller owns the transaction, if any); one
+/// answer per job, in order.
+pub(super) async fn insert_all(
+    conn: &mut PgConnection,
+    sql: &Dialect,
+    jobs: &[InsertJob],
+) -> Result<Vec<AddResult>, StoreError> {
+    check_parents(conn, sql, jobs).await?;
+    if jobs.iter().any(|j| j.dedupe_key.is_some()) {
+        return insert_deduplicated(conn, sql, jobs).await;
+    }
+    let all: Vec<&InsertJob> = jobs.iter().collect();
+    let columns = Columns::of(&all);
+    let types = columns.types();
+    let statement = statement(sql, "", "");
+    let stored = bound(&statement, &columns, &types)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    if usize::try_from(stored).ok() != Some(jobs.len()) {
+        return Err(StoreError::Corrupt(format!(
+            "an insert of {} jobs stored {stored}",
+            jobs.len()
+        )));
+    }
+    Ok(jobs
+        .iter()
+        .map(|j| AddResult {
+            id: j.id.clone(),
+            deduplicated: false,
+        })
+        .collect())
+}
+
+/// Inserts a batch with dedupe keys: each job is stored, or answered with
+/// the live job that holds its key.
+async fn insert_deduplicated(
+    conn: &mut PgConnection,
+    sql: &Dialect,
+    jobs: &[InsertJob],
+) -> Result<Vec<AddResult>, StoreError> {
+    let statement = statement(sql, "ON CONFLICT DO NOTHING", "RETURNING id");
+    let mut pending: Vec<&InsertJob> = jobs.iter().collect();
+    let mut results: HashMap<String, AddResult> = HashMap::new();
+    for _round in 0..ROUNDS {
+        if pending.is_empty() {
+            break;
+        }
+        let columns = Columns::of(&pending);
+        let types = columns.types();
+        let inserted: Vec<String> = bound(&statement, &columns, &types)
+            .fetch_all(&mut *conn)
+            .await?
+            .iter()
+            .map(|r| r.try_get::<String, _>("id"))
+            .collect::<Result<_, _>>()?;
+        for id in inserted {
+            let result = AddResult {
+                id: id.clone(),
+                deduplicated: false,
+            };
+            results.insert(id, result);
+        }
+        pending.retain(|j| !results.contains_key(&j.id));
+        let keys: Vec<&str> = pending
+            .iter()
+            .filter_map(|j| j.dedupe_key.as_deref())
+            .collect();
+        if keys.is_empty() {
+            break;
+        }
+        let rows = sqlx::query(&format!(
+            "SELECT id, dedupe_key FROM {} WHERE dedupe_key = ANY($1) AND {LIVE}",
+            sql.jobs
+        ))
+        .bind(&keys)
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut live = HashMap::new();
+        for r in rows {
+            live.insert(
+                r.try_get::<String, _>("dedupe_key")?,
+                r.try_get::<String, _>("id")?,
+            );
+        }
+        pending.retain(|j| match j.dedupe_key.as_ref().and_then(|k| live.get(k)) {
+            Some(existing) => {
+                let result = AddResult {
+                    id: existing.clone(),
+                    deduplicated: true,
+                };
+                results.insert(j.id.clone(), result);
+                false
+            }
+            None => true,
+        });
+    }
+    jobs.iter()
+        .map(|j| {
+            results.remove(&j.id).ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "job `{}` was neither inserted nor deduplicated",
+                    j.id
+                ))
+            })
+        })
+        .collect()
+}
