@@ -69,7 +69,7 @@ impl GuardReads for MemTx<'_> {
         &mut self,
         scope_type: &str,
         limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Option<Vec<String>>, StoreError> {
         let now = self.now;
         let busy: BTreeSet<&str> = self
             .st
@@ -80,7 +80,9 @@ impl GuardReads for MemTx<'_> {
             .filter(|s| s.scope_type == scope_type)
             .map(|s| s.scope_id.as_str())
             .collect();
-        Ok(busy.into_iter().take(limit).map(str::to_string).collect())
+        Ok(Some(
+            busy.into_iter().take(limit).map(str::to_string).collect(),
+        ))
     }
 
     async fn live_types(&mut self, types: &[String]) -> Result<Vec<String>, StoreError> {

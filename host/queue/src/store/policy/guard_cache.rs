@@ -1,7 +1,8 @@
 //! The reads of one guarded claim, remembered for the rest of that claim:
 //! a claim that weighs many candidates asks the store once per scope type
 //! (which of its scopes are busy: one read of the running jobs, up to
-//! [`BUSY_SCOPES_READ`] scopes, then once per scope past that), once per
+//! [`BUSY_SCOPES_READ`] scopes, then once per scope past that; once per
+//! scope from a store that lists none), once per
 //! pool's member list and once per rate window, instead of once per
 //! candidate, and keeps the answers true as it claims.
 //!
@@ -96,12 +97,14 @@ impl<R: GuardReads> GuardReads for CachedReads<'_, R> {
         let complete = match self.scope_types_read.get(&scope.scope_type) {
             Some(complete) => *complete,
             None => {
-                let ids = self
+                let listed = self
                     .inner
                     .busy_scope_ids(&scope.scope_type, BUSY_SCOPES_READ)
                     .await?;
-                let complete = ids.len() < BUSY_SCOPES_READ;
-                for id in ids {
+                let complete = listed
+                    .as_ref()
+                    .is_some_and(|ids| ids.len() < BUSY_SCOPES_READ);
+                for id in listed.into_iter().flatten() {
                     let busy = Scope::new(scope.scope_type.clone(), id);
                     self.busy_scopes.insert(busy, true);
                 }
@@ -122,7 +125,7 @@ impl<R: GuardReads> GuardReads for CachedReads<'_, R> {
         &mut self,
         scope_type: &str,
         limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
+    ) -> Result<Option<Vec<String>>, StoreError> {
         self.inner.busy_scope_ids(scope_type, limit).await
     }
 
@@ -160,6 +163,8 @@ mod tests {
     /// Reads from a fixed set of busy scopes, counting the store's reads.
     struct Fake {
         busy: Vec<Scope>,
+        /// Whether it lists a type's busy scopes (else per scope only).
+        lists: bool,
         type_reads: usize,
         point_reads: usize,
     }
@@ -168,6 +173,7 @@ mod tests {
         fn new(busy: &[(&str, &str)]) -> Self {
             Self {
                 busy: busy.iter().map(|(t, i)| Scope::new(*t, *i)).collect(),
+                lists: true,
                 type_reads: 0,
                 point_reads: 0,
             }
@@ -188,15 +194,19 @@ mod tests {
             &mut self,
             scope_type: &str,
             limit: usize,
-        ) -> Result<Vec<String>, StoreError> {
+        ) -> Result<Option<Vec<String>>, StoreError> {
             self.type_reads += 1;
-            Ok(self
-                .busy
-                .iter()
-                .filter(|s| s.scope_type == scope_type)
-                .take(limit)
-                .map(|s| s.scope_id.clone())
-                .collect())
+            if !self.lists {
+                return Ok(None);
+            }
+            Ok(Some(
+                self.busy
+                    .iter()
+                    .filter(|s| s.scope_type == scope_type)
+                    .take(limit)
+                    .map(|s| s.scope_id.clone())
+                    .collect(),
+            ))
         }
 
         async fn live_types(&mut self, _: &[String]) -> Result<Vec<String>, StoreError> {
@@ -259,6 +269,17 @@ mod tests {
             "left out of the read"
         );
         assert!(!busy(&mut reads, "tenant", "free").await);
+        assert_eq!((fake.type_reads, fake.point_reads), (1, 2));
+    }
+
+    #[tokio::test]
+    async fn a_store_that_lists_no_scopes_is_asked_once_per_scope() {
+        let mut fake = Fake::new(&[("tenant", "a")]);
+        fake.lists = false;
+        let mut reads = CachedReads::new(&mut fake);
+        assert!(busy(&mut reads, "tenant", "a").await);
+        assert!(!busy(&mut reads, "tenant", "b").await);
+        assert!(!busy(&mut reads, "tenant", "b").await, "remembered");
         assert_eq!((fake.type_reads, fake.point_reads), (1, 2));
     }
 }

@@ -60,12 +60,13 @@ pub(crate) trait GuardReads: Send {
     ) -> impl Future<Output = Result<bool, StoreError>> + Send;
 
     /// Up to `limit` ids of scopes of type `scope_type` with a job holding
-    /// a live lease (one read for a claim that weighs many scopes).
+    /// a live lease (one read for a claim that weighs many scopes); `None`
+    /// from a store that answers per scope only ([`GuardReads::scope_busy`]).
     fn busy_scope_ids(
         &mut self,
         scope_type: &str,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send;
+    ) -> impl Future<Output = Result<Option<Vec<String>>, StoreError>> + Send;
 
     /// Of `types`, those with a job holding a live lease.
     fn live_types(

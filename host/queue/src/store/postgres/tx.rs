@@ -79,16 +79,18 @@ impl GuardReads for PgTx<'_> {
         Ok(row.is_some())
     }
 
+    /// Per scope only. A read of a scope type's running jobs walks the
+    /// lease index, which on Postgres also holds the entries of every job
+    /// that finished since the last vacuum with its lease still in the
+    /// future (each checked against the heap); one probe per weighed scope
+    /// in the scope index was faster (guarded drain 1,074 against 839
+    /// jobs/s, `cargo bench`, four rounds).
     async fn busy_scope_ids(
         &mut self,
-        scope_type: &str,
-        limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(&self.sql.busy_scope_ids())
-            .bind(scope_type)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(&mut *self.conn)
-            .await?)
+        _scope_type: &str,
+        _limit: usize,
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        Ok(None)
     }
 
     async fn live_types(&mut self, types: &[String]) -> Result<Vec<String>, StoreError> {

@@ -19,9 +19,9 @@ impl Dialect {
     }
 
     /// Up to `$2` distinct ids of scopes of type `$1` with a job holding a
-    /// live lease. Reads the running jobs only: `scope_type` is hidden from
-    /// the planner, which would otherwise walk every job of the scope type
-    /// in the scope index.
+    /// live lease (SQLite's; see `GuardReads::busy_scope_ids`). Reads the
+    /// running jobs only: `scope_type` is hidden from the planner, which
+    /// would otherwise walk every job of the scope type in the scope index.
     pub(in crate::store) fn busy_scope_ids(&self) -> String {
         format!(
             "SELECT DISTINCT scope_id FROM {} WHERE status = 'running' \

@@ -77,13 +77,15 @@ impl GuardReads for SqliteTx<'_> {
         &mut self,
         scope_type: &str,
         limit: usize,
-    ) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(&self.sql.busy_scope_ids())
-            .bind(scope_type)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(self.now)
-            .fetch_all(&mut *self.conn)
-            .await?)
+    ) -> Result<Option<Vec<String>>, StoreError> {
+        Ok(Some(
+            sqlx::query_scalar(&self.sql.busy_scope_ids())
+                .bind(scope_type)
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .bind(self.now)
+                .fetch_all(&mut *self.conn)
+                .await?,
+        ))
     }
 
     async fn live_types(&mut self, types: &[String]) -> Result<Vec<String>, StoreError> {
