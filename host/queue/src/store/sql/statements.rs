@@ -22,6 +22,7 @@ impl Dialect {
     /// live lease (SQLite's; see `GuardReads::busy_scope_ids`). Reads the
     /// running jobs only: `scope_type` is hidden from the planner, which
     /// would otherwise walk every job of the scope type in the scope index.
+    #[cfg(feature = "sqlite")]
     pub(in crate::store) fn busy_scope_ids(&self) -> String {
         format!(
             "SELECT DISTINCT scope_id FROM {} WHERE status = 'running' \
