@@ -3,8 +3,8 @@
 //! payload or an id).
 //!
 //! A job's unset attempt budget is its type's newest deploy's, else its
-//! default (see `store::deployed_types`): the newest deploy of each type of
-//! the batch is read once per statement and joined, not looked up per row.
+//! default (see `store::deployed_types`; the subquery is the one SQLite's
+//! insert uses).
 //!
 //! Invariants: ids are fresh UUIDv7s, so only a dedupe key can conflict. A
 //! batch without one is a plain insert (`ON CONFLICT` makes Postgres insert
@@ -14,13 +14,13 @@
 //! for races with finishing duplicates. A parent outside the batch must
 //! exist.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
 use crate::job::AddResult;
-use crate::store::sql::{Dialect, LIVE};
+use crate::store::sql::{type_max_attempts, Dialect, LIVE};
 use crate::store::{InsertJob, StoreError};
 use crate::time;
 
@@ -75,25 +75,15 @@ impl<'a> Columns<'a> {
         }
         c
     }
-
-    /// The distinct job types, for the defaults read.
-    fn types(&self) -> Vec<&'a str> {
-        let types: BTreeSet<&'a str> = self.job_type.iter().copied().collect();
-        types.into_iter().collect()
-    }
 }
 
-/// The insert statement: `$1`..`$16` the columns, `$17` the batch's
-/// distinct types.
+/// The insert statement: `$1`..`$16` the columns.
 fn statement(sql: &Dialect, on_conflict: &str, returning: &str) -> String {
     format!(
-        "WITH d AS (SELECT DISTINCT ON (job_type) job_type, max_attempts \
-           FROM {deployed} WHERE job_type = ANY($17::text[]) \
-           ORDER BY job_type, deployed_at DESC, host DESC) \
-         INSERT INTO {jobs} (id, job_type, payload, scope_type, scope_id, priority, run_at, \
+        "INSERT INTO {jobs} (id, job_type, payload, scope_type, scope_id, priority, run_at, \
            max_attempts, dedupe_key, parent_id, schedule_id, expires_at, traceparent) \
          SELECT t.id, t.job_type, t.payload, t.scope_type, t.scope_id, t.priority, {run_at}, \
-           COALESCE(t.max_attempts, d.max_attempts, t.default_max_attempts), \
+           COALESCE(t.max_attempts, {type_max}, t.default_max_attempts), \
            t.dedupe_key, t.parent_id, t.schedule_id, \
            COALESCE(t.expires_at, CASE WHEN t.ttl_ms IS NOT NULL THEN {ttl} END), t.traceparent \
          FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], \
@@ -102,10 +92,9 @@ fn statement(sql: &Dialect, on_conflict: &str, returning: &str) -> String {
            AS t(id, job_type, payload, scope_type, scope_id, priority, run_at, delay_ms, \
                 max_attempts, dedupe_key, parent_id, schedule_id, expires_at, ttl_ms, \
                 default_max_attempts, traceparent) \
-           LEFT JOIN d ON d.job_type = t.job_type \
          {on_conflict} {returning}",
-        deployed = sql.deployed_types,
         jobs = sql.jobs,
+        type_max = type_max_attempts(&sql.deployed_types, "t.job_type"),
         run_at = sql.plus_ms("COALESCE(t.run_at, now())", "t.delay_ms"),
         ttl = sql.plus_ms("now()", "t.ttl_ms"),
     )
@@ -115,7 +104,6 @@ fn statement(sql: &Dialect, on_conflict: &str, returning: &str) -> String {
 fn bound<'q>(
     statement: &'q str,
     c: &'q Columns<'q>,
-    types: &'q [&'q str],
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     sqlx::query(statement)
         .bind(&c.id)
@@ -134,7 +122,6 @@ fn bound<'q>(
         .bind(&c.ttl_ms)
         .bind(&c.default_max_attempts)
         .bind(&c.traceparent)
-        .bind(types)
 }
 
 /// Fails with the first parent that is neither in the batch nor stored.
@@ -143,10 +130,13 @@ async fn check_parents(
     sql: &Dialect,
     jobs: &[InsertJob],
 ) -> Result<(), StoreError> {
+    let in_batch: HashSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
     let parents: Vec<&str> = jobs
         .iter()
         .filter_map(|j| j.parent_id.as_deref())
-        .filter(|p| !jobs.iter().any(|o| o.id == *p))
+        .filter(|p| !in_batch.contains(p))
+        .collect::<HashSet<&str>>()
+        .into_iter()
         .collect();
     if parents.is_empty() {
         return Ok(());
@@ -175,9 +165,8 @@ pub(super) async fn insert_all(
     }
     let all: Vec<&InsertJob> = jobs.iter().collect();
     let columns = Columns::of(&all);
-    let types = columns.types();
     let statement = statement(sql, "", "");
-    let stored = bound(&statement, &columns, &types)
+    let stored = bound(&statement, &columns)
         .execute(&mut *conn)
         .await?
         .rows_affected();
@@ -211,8 +200,7 @@ async fn insert_deduplicated(
             break;
         }
         let columns = Columns::of(&pending);
-        let types = columns.types();
-        let inserted: Vec<String> = bound(&statement, &columns, &types)
+        let inserted: Vec<String> = bound(&statement, &columns)
             .fetch_all(&mut *conn)
             .await?
             .iter()

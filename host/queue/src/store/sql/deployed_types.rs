@@ -1,8 +1,7 @@
 //! The deployed-types statements, written once for both SQL backends over a
-//! [`Dialect`], the row mapping, and the subquery SQLite's insert uses to
-//! take a type's default attempt budget (see `store::deployed_types` for the
-//! rule; Postgres' insert reads the same newest deploy once per type of a
-//! batch and joins it). Each comment lists the parameters in order; on SQLite the
+//! [`Dialect`], the row mapping, and the subquery every insert uses to take
+//! a type's default attempt budget (see `store::deployed_types` for the
+//! rule). Each comment lists the parameters in order; on SQLite the
 //! statement's now is bound after them (see [`Dialect::now`]).
 
 use super::{Dialect, SqlRow};
@@ -11,7 +10,6 @@ use crate::store::StoreError;
 
 /// The `max_attempts` of the newest deploy of the job type `job_type` (an
 /// SQL expression) in `table`; NULL when there is none or it sets none.
-#[cfg(feature = "sqlite")]
 pub(in crate::store) fn type_max_attempts(table: &str, job_type: &str) -> String {
     format!(
         "(SELECT d.max_attempts FROM {table} d WHERE d.job_type = {job_type} \

@@ -24,9 +24,7 @@ mod page;
 mod statements;
 mod transitions;
 
-pub(super) use deployed_types::deployed_type_from_row;
-#[cfg(feature = "sqlite")]
-pub(super) use deployed_types::type_max_attempts;
+pub(super) use deployed_types::{deployed_type_from_row, type_max_attempts};
 pub(super) use dialect::Dialect;
 pub(super) use history::{
     attempt_from_row, endings_json, log_from_row, logs_json, Ending as SqlEnding,
