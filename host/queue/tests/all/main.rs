@@ -17,6 +17,7 @@ mod metrics;
 mod migrate;
 mod model;
 mod multiprocess;
+mod pg_pool;
 mod replay;
 mod schedules;
 mod sqlite_pool;

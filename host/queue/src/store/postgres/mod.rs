@@ -31,6 +31,7 @@ mod tx;
 mod writes;
 
 use std::str::FromStr;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -116,6 +117,29 @@ async fn migrate_schema(
     Ok(())
 }
 
+/// A connection used within this long is handed out without a ping.
+const FRESH_FOR: Duration = Duration::from_secs(1);
+
+/// Pool options: a connection idle for longer than [`FRESH_FOR`] is pinged
+/// before it is handed out (the server may have restarted meanwhile, and a
+/// dead one is replaced); one used more recently is not. sqlx's default
+/// pings every connection it hands out: one more round trip to the server
+/// for every statement, on the path of every claim. sqlx still pings each
+/// connection given back, off the caller's path.
+fn pool_options(max_connections: u32) -> PgPoolOptions {
+    PgPoolOptions::new()
+        .max_connections(max_connections)
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if meta.idle_for > FRESH_FOR {
+                    sqlx::Connection::ping(conn).await?;
+                }
+                Ok(true)
+            })
+        })
+}
+
 impl PostgresStore {
     /// Local events plus the LISTEN relay's (see `listen`).
     fn subscribe_events(&self) -> broadcast::Receiver<StoreEvent> {
@@ -138,12 +162,8 @@ impl PostgresStore {
             });
         }
         let opts = PgConnectOptions::from_str(url)?;
-        let pool = PgPoolOptions::new()
-            .max_connections(8)
-            .connect_with(opts.clone())
-            .await?;
-        let fast = PgPoolOptions::new()
-            .max_connections(4)
+        let pool = pool_options(8).connect_with(opts.clone()).await?;
+        let fast = pool_options(4)
             .after_connect(|conn, _| {
                 Box::pin(async move {
                     sqlx::query("SET synchronous_commit = off")

@@ -53,7 +53,7 @@ fn filter_sql(f: &JobFilter, binds: &mut Vec<String>) -> String {
 pub(super) async fn get(store: &SqliteStore, id: &str) -> Result<Option<Job>, StoreError> {
     let row = sqlx::query(&store.sql.job())
         .bind(id)
-        .fetch_optional(&store.pool)
+        .fetch_optional(&store.own)
         .await?;
     row.as_ref().map(job_from_row).transpose()
 }
@@ -68,13 +68,13 @@ pub(super) async fn find(store: &SqliteStore, f: &JobFilter) -> Result<Vec<Job>,
             PageBind::Int(n) => q.bind(n),
         };
     }
-    let rows = q.fetch_all(&store.pool).await?;
+    let rows = q.fetch_all(&store.own).await?;
     jobs_from_rows(&rows)
 }
 
 pub(super) async fn count_by_status(store: &SqliteStore) -> Result<StatusCounts, StoreError> {
     let rows = sqlx::query(&store.sql.status_counts())
-        .fetch_all(&store.pool)
+        .fetch_all(&store.own)
         .await?;
     status_counts(&rows)
 }
@@ -82,7 +82,7 @@ pub(super) async fn count_by_status(store: &SqliteStore) -> Result<StatusCounts,
 pub(super) async fn count_live_by_type(store: &SqliteStore) -> Result<Vec<TypeCounts>, StoreError> {
     let rows = sqlx::query(&store.sql.live_type_counts())
         .bind(ms(Utc::now()))
-        .fetch_all(&store.pool)
+        .fetch_all(&store.own)
         .await?;
     live_type_counts(&rows)
 }
@@ -97,7 +97,7 @@ pub(super) async fn still_owned(
         .bind(ids)
         .bind(attempts)
         .bind(worker_id)
-        .fetch_all(&store.pool)
+        .fetch_all(&store.own)
         .await?)
 }
 
@@ -107,7 +107,7 @@ pub(super) async fn cancel(
 ) -> Result<Vec<CancelledJob>, StoreError> {
     let _w = store.write.lock().await;
     let now = ms(Utc::now());
-    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = store.own.begin_with("BEGIN IMMEDIATE").await?;
     let select =
         "SELECT id, job_type, scope_type, scope_id, status, attempts FROM boxcar_jobs WHERE ";
     let rows = match &p.target {
@@ -207,7 +207,7 @@ pub(super) async fn retry_failed(store: &SqliteStore, f: &JobFilter) -> Result<u
     let r = q
         .bind(f.limit.map_or(-1, i64::from))
         .bind(i64::from(f.offset.unwrap_or(0)))
-        .execute(&store.pool)
+        .execute(&store.own)
         .await?;
     for t in &f.types {
         store.notify(StoreEvent::Inserted(t.clone()));
@@ -228,7 +228,7 @@ pub(super) async fn prune(store: &SqliteStore, p: PruneParams) -> Result<u64, St
         .collect();
     let statuses = json_list(&statuses);
     let older_than = ms(p.older_than);
-    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = store.own.begin_with("BEGIN IMMEDIATE").await?;
     for sql in store.sql.prune_history() {
         sqlx::query(&sql)
             .bind(&statuses)

@@ -14,7 +14,7 @@ use crate::time;
 
 pub(super) async fn record(store: &SqliteStore, p: RecordDeployedTypes) -> Result<(), StoreError> {
     let _w = store.write.lock().await;
-    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = store.own.begin_with("BEGIN IMMEDIATE").await?;
     let now = ms(Utc::now());
     let upsert = store.sql.deployed_type_upsert();
     for t in &p.types {
@@ -44,7 +44,7 @@ pub(super) async fn record(store: &SqliteStore, p: RecordDeployedTypes) -> Resul
 
 pub(super) async fn list(store: &SqliteStore) -> Result<Vec<DeployedTypeRecord>, StoreError> {
     let rows = sqlx::query(&store.sql.deployed_types_all())
-        .fetch_all(&store.pool)
+        .fetch_all(&store.own)
         .await?;
     rows.iter().map(deployed_type_from_row).collect()
 }

@@ -41,7 +41,7 @@ pub(super) async fn due_types(
     )
     .bind(super::rows::json_list(job_types))
     .bind(ms(Utc::now()))
-    .fetch_all(&store.pool)
+    .fetch_all(&store.own)
     .await?;
     let mut waits = Vec::with_capacity(rows.len());
     for r in rows {
@@ -135,10 +135,10 @@ pub(super) async fn claim_many(
     let mut write = store.write.lock().await;
     let mut jobs = Vec::new();
     if p.types.len() <= TYPES_PER_STATEMENT {
-        let mut conn = store.pool.acquire().await?;
+        let mut conn = store.own.acquire().await?;
         jobs = claim_chunk(&mut conn, &p.worker_id, &p.types).await?;
     } else {
-        let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = store.own.begin_with("BEGIN IMMEDIATE").await?;
         for chunk in p.types.chunks(TYPES_PER_STATEMENT) {
             jobs.extend(claim_chunk(&mut tx, &p.worker_id, chunk).await?);
         }

@@ -17,7 +17,7 @@ pub(super) async fn record(store: &SqliteStore, e: HandlerEvent) -> Result<(), S
         .bind(e.kind.as_str())
         .bind(&e.reason)
         .bind(ms(Utc::now()))
-        .execute(&store.pool)
+        .execute(&store.own)
         .await?;
     Ok(())
 }
@@ -28,7 +28,7 @@ pub(super) async fn recent(
 ) -> Result<Vec<HandlerEvent>, StoreError> {
     let rows = sqlx::query(&store.sql.recent_events())
         .bind(i64::from(limit))
-        .fetch_all(&store.pool)
+        .fetch_all(&store.own)
         .await?;
     rows.iter().map(event_from_row).collect()
 }

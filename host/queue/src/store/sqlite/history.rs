@@ -55,7 +55,7 @@ pub(super) async fn attempts(
 ) -> Result<Vec<Attempt>, StoreError> {
     let rows = sqlx::query(&store.sql.attempts_of())
         .bind(job_id)
-        .fetch_all(&store.pool)
+        .fetch_all(&store.own)
         .await?;
     rows.iter().map(attempt_from_row).collect()
 }
@@ -68,7 +68,7 @@ pub(super) async fn append_logs(
         return Ok(());
     }
     let _w = store.write.lock().await;
-    let mut conn = store.pool.acquire().await?;
+    let mut conn = store.own.acquire().await?;
     store_logs(&mut conn, &store.sql, lines.iter().collect()).await
 }
 
@@ -81,7 +81,7 @@ pub(super) async fn logs(
         .bind(q.attempt.map(i64::from))
         .bind(q.after)
         .bind(i64::from(q.page()))
-        .fetch_all(&store.pool)
+        .fetch_all(&store.own)
         .await?;
     rows.iter().map(log_from_row).collect()
 }

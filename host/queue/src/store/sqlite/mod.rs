@@ -8,14 +8,18 @@
 //!   deferred reader never fails to upgrade and SQLite's write lock covers
 //!   a whole decision.
 //! - This process's writers queue on one async mutex before SQLite's lock.
-//! - A connection goes back to the pool outside any transaction: one
-//!   returned inside a transaction (a `BEGIN` its user ran by hand through
-//!   [`SqliteStore::pool`], a `COMMIT` SQLite refused and kept open, a
-//!   completion batch sent as one request whose statement failed after its
-//!   `BEGIN`) is
-//!   rolled back before it is reused, and one whose transaction state sqlx
-//!   and SQLite disagree on is closed — so no later user runs inside a
-//!   stranger's transaction or waits on the write lock it holds.
+//! - No connection is reused inside a transaction, so no later user runs
+//!   inside a stranger's transaction or waits on the write lock it holds.
+//!   The store's own statements run on a pool that neither pings a
+//!   connection before handing it out nor resets it when it comes back
+//!   (each would be one more request to that connection's thread per
+//!   statement): its transactions are sqlx's, rolled back when dropped
+//!   unfinished, and the one request that opens a transaction itself (a
+//!   completion batch) closes its connection unless it finished. The pool
+//!   [`SqliteStore::pool`] hands to users (their own transactions, by hand)
+//!   is a second one, which rolls back what a returned connection left
+//!   open, and closes one whose transaction state sqlx and SQLite disagree
+//!   on.
 //! - Migrations run inside one `BEGIN IMMEDIATE` transaction, so processes
 //!   migrating one file at the same moment apply each version once; opening
 //!   retries a set-up that SQLite refused with an immediate `SQLITE_BUSY`.
@@ -72,7 +76,10 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 /// A SQLite-backed store.
 #[derive(Clone)]
 pub struct SqliteStore {
-    pool: SqlitePool,
+    /// The store's own statements (see the module docs).
+    own: SqlitePool,
+    /// Handed to users by [`SqliteStore::pool`]; connects on first use.
+    shared: SqlitePool,
     events: broadcast::Sender<StoreEvent>,
     /// Serializes this process's writers, so they queue here instead of in
     /// SQLite's sleeping busy handler (which starves one writer under load).
@@ -96,21 +103,27 @@ fn is_busy(e: &sqlx::Error) -> bool {
     }
 }
 
-/// Opens the pool. Each connection switches the file to WAL: on a file not
-/// yet in WAL mode that reads the header, then upgrades to a write lock, and
-/// SQLite refuses a read-to-write upgrade at once (`SQLITE_BUSY`, no busy
-/// handler) while another process holds the write lock — as when hosts
-/// start together on a new file. Such a failure is retried every 10 ms for
-/// up to the busy timeout; once the file is in WAL mode the switch is a
-/// no-op.
+/// Pool options for the store's own statements: a SQLite connection is a
+/// file handle in this process, which cannot go stale while idle, so it is
+/// handed out without a ping (sqlx's default pings each one, a round trip
+/// to its thread per statement).
+fn engine_pool_options() -> SqlitePoolOptions {
+    SqlitePoolOptions::new()
+        .max_connections(4)
+        .test_before_acquire(false)
+}
+
+/// Opens the store's own pool. Each connection switches the file to WAL: on
+/// a file not yet in WAL mode that reads the header, then upgrades to a
+/// write lock, and SQLite refuses a read-to-write upgrade at once
+/// (`SQLITE_BUSY`, no busy handler) while another process holds the write
+/// lock — as when hosts start together on a new file. Such a failure is
+/// retried every 10 ms for up to the busy timeout; once the file is in WAL
+/// mode the switch is a no-op.
 async fn connect_pool(opts: SqliteConnectOptions) -> Result<SqlitePool, sqlx::Error> {
     let deadline = tokio::time::Instant::now() + BUSY_TIMEOUT;
     loop {
-        let res = SqlitePoolOptions::new()
-            .max_connections(4)
-            .after_release(|conn, _| Box::pin(reset_on_release(conn)))
-            .connect_with(opts.clone())
-            .await;
+        let res = engine_pool_options().connect_with(opts.clone()).await;
         match res {
             Err(e) if is_busy(&e) && tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(10)).await;
@@ -164,7 +177,11 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(false);
-        let pool = connect_pool(opts.clone()).await?;
+        let own = connect_pool(opts.clone()).await?;
+        let shared = SqlitePoolOptions::new()
+            .max_connections(4)
+            .after_release(|conn, _| Box::pin(reset_on_release(conn)))
+            .connect_lazy_with(opts.clone());
         let events = broadcast::channel(1024).0;
         let write = Arc::new(changes::WriteLock::default());
         let watch = Arc::new(changes::Watch::new(
@@ -173,7 +190,8 @@ impl SqliteStore {
             Arc::clone(&write),
         ));
         Ok(Self {
-            pool,
+            own,
+            shared,
             events,
             write,
             watch,
@@ -189,9 +207,11 @@ impl SqliteStore {
         receiver
     }
 
-    /// The connection pool (for transactional enqueue in the same database).
+    /// A connection pool on the same file, for the caller's own statements
+    /// and transactions (e.g. a transactional enqueue). A connection given
+    /// back inside a transaction is rolled back before it is reused.
     pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+        &self.shared
     }
 
     fn notify(&self, ev: StoreEvent) {
@@ -229,11 +249,11 @@ sql_job_store!(SqliteStore {
         // for the write lock, which another process may hold for long (one
         // stopped by a debugger or SIGSTOP holds it until it resumes).
         let migrator = sqlx::migrate!("../../migrations/sqlite");
-        if schema_is_current(&self.pool, &migrator).await {
+        if schema_is_current(&self.own, &migrator).await {
             return Ok(());
         }
         let _w = self.write.lock().await;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut tx = self.own.begin_with("BEGIN IMMEDIATE").await?;
         migrator.run_direct(&mut *tx).await?;
         tx.commit().await?;
         Ok(())

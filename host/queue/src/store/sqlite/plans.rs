@@ -29,7 +29,7 @@ async fn plan(sql: &str, binds: usize) -> Vec<String> {
         query = query.bind(i64::try_from(i).expect("small"));
     }
     query
-        .fetch_all(store.pool())
+        .fetch_all(&store.own)
         .await
         .expect("explain")
         .iter()

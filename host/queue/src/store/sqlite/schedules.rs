@@ -94,7 +94,7 @@ pub(super) async fn reconcile_schedules(
     p: ReconcileSchedules,
 ) -> Result<ReconcileReport, StoreError> {
     let _w = store.write.lock().await;
-    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = store.own.begin_with("BEGIN IMMEDIATE").await?;
     let report = reconcile(&mut SqliteTx::new(&mut tx, store), &p).await?;
     tx.commit().await?;
     Ok(report)
@@ -102,7 +102,7 @@ pub(super) async fn reconcile_schedules(
 
 pub(super) async fn list(store: &SqliteStore) -> Result<Vec<ScheduleRecord>, StoreError> {
     let rows = sqlx::query(&store.sql.schedules_all())
-        .fetch_all(&store.pool)
+        .fetch_all(&store.own)
         .await?;
     rows.iter().map(schedule_from_row).collect()
 }
@@ -115,7 +115,7 @@ pub(super) async fn due(
     let rows = sqlx::query(&store.sql.schedules_due())
         .bind(ms(now))
         .bind(i64::from(limit))
-        .fetch_all(&store.pool)
+        .fetch_all(&store.own)
         .await?;
     rows.iter().map(schedule_from_row).collect()
 }
@@ -125,7 +125,7 @@ pub(super) async fn fire(
     p: FireSchedule,
 ) -> Result<Option<AddResult>, StoreError> {
     let _w = store.write.lock().await;
-    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = store.own.begin_with("BEGIN IMMEDIATE").await?;
     let moved = sqlx::query(&store.sql.schedule_fire())
         .bind(p.next_run_at.map(ms))
         .bind(ms(p.tick))

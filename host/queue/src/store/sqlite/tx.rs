@@ -222,7 +222,7 @@ impl RescueTx for SqliteTx<'_> {
 /// A guarded claim (see `store::policy::guards`) in one `BEGIN IMMEDIATE`
 /// transaction. The caller holds the writer mutex.
 pub(super) async fn claim(store: &SqliteStore, p: &ClaimParams) -> Result<ClaimResult, StoreError> {
-    let mut conn = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut conn = store.own.begin_with("BEGIN IMMEDIATE").await?;
     let res = guard_policy::claim(&mut SqliteTx::new(&mut conn, store), p).await?;
     conn.commit().await?;
     for j in &res.expired {
@@ -235,7 +235,7 @@ pub(super) async fn claim(store: &SqliteStore, p: &ClaimParams) -> Result<ClaimR
 /// `BEGIN IMMEDIATE` transaction.
 pub(super) async fn rescue(store: &SqliteStore, limit: u32) -> Result<Vec<Job>, StoreError> {
     let mut write = store.write.lock().await;
-    let mut conn = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut conn = store.own.begin_with("BEGIN IMMEDIATE").await?;
     let jobs = rescue_policy::rescue(&mut SqliteTx::new(&mut conn, store), limit).await?;
     conn.commit().await?;
     if jobs.is_empty() {
@@ -250,7 +250,7 @@ pub(super) async fn pool_status(
     store: &SqliteStore,
     pools: &[PoolGuard],
 ) -> Result<Vec<PoolStatus>, StoreError> {
-    let mut conn = store.pool.acquire().await?;
+    let mut conn = store.own.acquire().await?;
     guard_policy::pool_status(&mut SqliteTx::new(&mut conn, store), pools).await
 }
 
@@ -260,6 +260,6 @@ pub(super) async fn blocked_by(
     job: &Job,
     guards: &ClaimGuards,
 ) -> Result<Option<Blocker>, StoreError> {
-    let mut conn = store.pool.acquire().await?;
+    let mut conn = store.own.acquire().await?;
     guard_policy::blocked_by(&mut SqliteTx::new(&mut conn, store), job, guards).await
 }

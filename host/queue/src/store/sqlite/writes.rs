@@ -14,6 +14,8 @@
 use std::sync::LazyLock;
 
 use chrono::Utc;
+use sqlx::pool::PoolConnection;
+use sqlx::Sqlite;
 
 use super::rows::{claim_lists, ms};
 use super::{history, insert, tx, SqliteStore};
@@ -33,7 +35,7 @@ pub(super) async fn add_many(
     let _w = store.write.lock().await;
     let stored_alone =
         match jobs.as_slice() {
-            [job] if job.parent_id.is_none() => insert::try_insert_alone(&store.pool, job)
+            [job] if job.parent_id.is_none() => insert::try_insert_alone(&store.own, job)
                 .await?
                 .then(|| AddResult {
                     id: job.id.clone(),
@@ -44,7 +46,7 @@ pub(super) async fn add_many(
     let out = match stored_alone {
         Some(result) => vec![result],
         None => {
-            let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+            let mut tx = store.own.begin_with("BEGIN IMMEDIATE").await?;
             let out = insert::insert_all(&mut tx, &jobs).await?;
             tx.commit().await?;
             out
@@ -98,7 +100,7 @@ pub(super) async fn claim_batch(
         .bind(&p.job_type)
         .bind(i64::from(p.limit))
         .bind(EXPIRED_CODE)
-        .fetch_all(&store.pool)
+        .fetch_all(&store.own)
         .await?;
     if rows.is_empty() {
         write.changed_nothing();
@@ -135,7 +137,7 @@ pub(super) async fn renew_leases(
         .bind(attempts)
         .bind(&p.worker_id)
         .bind(ms(Utc::now()))
-        .fetch_all(&store.pool)
+        .fetch_all(&store.own)
         .await?)
 }
 
@@ -144,9 +146,9 @@ pub(super) async fn renew_leases(
 /// (`$4`) and the fenced job updates (`$5`: id, attempt and result per job)
 /// inside one `BEGIN IMMEDIATE … COMMIT`: one round trip to the worker
 /// thread instead of four (begin, record, update, commit). A statement that
-/// fails leaves the transaction open on its connection, and the pool rolls
-/// it back when the connection comes back (`reset_on_release`), so nothing
-/// of a failed batch is kept.
+/// fails leaves the transaction open on its connection, so that connection
+/// is closed, not reused ([`OwnTransaction`]): SQLite rolls the transaction
+/// back and nothing of a failed batch is kept.
 static COMPLETE: LazyLock<String> = LazyLock::new(|| {
     let sql = crate::store::sql::Dialect::sqlite();
     format!(
@@ -164,6 +166,24 @@ static COMPLETE: LazyLock<String> = LazyLock::new(|| {
         logs = sql.insert_logs_at(4),
     )
 });
+
+/// A connection lent to a request that runs its own `BEGIN … COMMIT`:
+/// unless `finished` was set after the request succeeded — it failed, or
+/// its future was dropped part-way — the connection is closed when this is
+/// dropped instead of going back to the pool with the transaction (and
+/// SQLite's write lock) still open.
+struct OwnTransaction {
+    conn: PoolConnection<Sqlite>,
+    finished: bool,
+}
+
+impl Drop for OwnTransaction {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.conn.close_on_drop();
+        }
+    }
+}
 
 pub(super) async fn complete(
     store: &SqliteStore,
@@ -184,14 +204,19 @@ pub(super) async fn complete(
         .map(|c| SqlEnding::of(&c.id, &c.ending, AttemptOutcome::Succeeded, None).fenced(c.attempt))
         .collect();
     let logs = logs_json(p.jobs.iter().flat_map(|c| &c.ending.logs));
+    let mut own = OwnTransaction {
+        conn: store.own.acquire().await?,
+        finished: false,
+    };
     let done: Vec<String> = sqlx::query_scalar(&COMPLETE)
         .bind(endings_json(&endings))
         .bind(&p.worker_id)
         .bind(now)
         .bind(logs)
         .bind(batch)
-        .fetch_all(&store.pool)
+        .fetch_all(&mut *own.conn)
         .await?;
+    own.finished = true;
     for id in &done {
         store.notify(StoreEvent::Finished(id.clone()));
     }
@@ -201,7 +226,7 @@ pub(super) async fn complete(
 pub(super) async fn retry(store: &SqliteStore, p: RetryParams) -> Result<bool, StoreError> {
     let _w = store.write.lock().await;
     let now = ms(Utc::now());
-    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = store.own.begin_with("BEGIN IMMEDIATE").await?;
     let ending = SqlEnding::of(
         &p.id,
         &p.ending,
@@ -228,7 +253,7 @@ pub(super) async fn retry(store: &SqliteStore, p: RetryParams) -> Result<bool, S
 pub(super) async fn fail(store: &SqliteStore, p: FailParams) -> Result<bool, StoreError> {
     let _w = store.write.lock().await;
     let now = ms(Utc::now());
-    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = store.own.begin_with("BEGIN IMMEDIATE").await?;
     let ending = SqlEnding {
         code: p.code.as_deref(),
         details: p.details.as_deref(),
@@ -264,7 +289,7 @@ pub(super) async fn release(store: &SqliteStore, p: ReleaseParams) -> Result<u64
     let _w = store.write.lock().await;
     let (ids, attempts) = claim_lists(&p.claims);
     let now = ms(Utc::now());
-    let mut tx = store.pool.begin_with("BEGIN IMMEDIATE").await?;
+    let mut tx = store.own.begin_with("BEGIN IMMEDIATE").await?;
     let endings: Vec<SqlEnding<'_>> = p
         .claims
         .iter()
@@ -295,7 +320,7 @@ pub(super) async fn set_progress(
         .bind(worker_id)
         .bind(i64::from(claim.attempt))
         .bind(ms(Utc::now()))
-        .execute(&store.pool)
+        .execute(&store.own)
         .await?;
     Ok(r.rows_affected() == 1)
 }
