@@ -36,6 +36,18 @@ pub(in crate::store) struct Dialect {
     backend: Backend,
 }
 
+/// SQLite: the elements of the JSON array bound at `param`, one row each as
+/// column `element`, each rendered once. `json_each`'s `value` renders an
+/// object or array element back to JSON text every time it is read, and a
+/// plain subquery would be flattened into its reader, one rendering per
+/// `json_extract` of it (an attempt row reads fourteen fields); the
+/// `OFFSET` keeps the subquery whole, so each element is rendered once and
+/// SQLite's JSON parse cache serves every field read from it.
+#[cfg(feature = "sqlite")]
+pub(in crate::store) fn sqlite_json_elements(param: &str) -> String {
+    format!("(SELECT value AS element FROM json_each({param}) LIMIT -1 OFFSET 0)")
+}
+
 impl Dialect {
     /// SQLite: tables prefixed `boxcar_` in the one database file.
     #[cfg(feature = "sqlite")]
@@ -187,10 +199,13 @@ impl Dialect {
             Backend::Sqlite => {
                 let cols = fields
                     .iter()
-                    .map(|(name, _)| format!("json_extract(value, '$.{name}') AS {name}"))
+                    .map(|(name, _)| format!("json_extract(element, '$.{name}') AS {name}"))
                     .collect::<Vec<_>>()
                     .join(", ");
-                format!("(SELECT {cols} FROM json_each(${n})) AS a")
+                format!(
+                    "(SELECT {cols} FROM {}) AS a",
+                    sqlite_json_elements(&format!("${n}"))
+                )
             }
             #[cfg(feature = "postgres")]
             Backend::Postgres => {

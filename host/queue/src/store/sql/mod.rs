@@ -25,6 +25,8 @@ mod statements;
 mod transitions;
 
 pub(super) use deployed_types::{deployed_type_from_row, type_max_attempts};
+#[cfg(feature = "sqlite")]
+pub(super) use dialect::sqlite_json_elements;
 pub(super) use dialect::Dialect;
 pub(super) use history::{
     attempt_from_row, endings_json, log_from_row, logs_json, Ending as SqlEnding,

@@ -28,7 +28,7 @@ use sqlx::SqliteConnection;
 
 use super::rows::{json_list, ms};
 use crate::job::AddResult;
-use crate::store::sql::{type_max_attempts, LIVE};
+use crate::store::sql::{sqlite_json_elements, type_max_attempts, LIVE};
 use crate::store::{InsertJob, StoreError};
 use crate::time;
 
@@ -41,13 +41,14 @@ static INSERT: LazyLock<String> = LazyLock::new(|| {
         "INSERT INTO boxcar_jobs (id, job_type, payload, scope_type, scope_id, status, \
          priority, run_at, attempts, max_attempts, dedupe_key, parent_id, schedule_id, expires_at, \
          created_at, updated_at, traceparent) \
-         SELECT r.value ->> 0, r.value ->> 1, r.value ->> 2, r.value ->> 3, r.value ->> 4, \
-           'pending', r.value ->> 5, r.value ->> 6, 0, \
-           COALESCE(r.value ->> 7, {type_max}, r.value ->> 8), \
-           r.value ->> 9, r.value ->> 10, r.value ->> 11, r.value ->> 12, ?2, ?2, r.value ->> 13 \
-         FROM json_each(?1) AS r WHERE true \
+         SELECT r.element ->> 0, r.element ->> 1, r.element ->> 2, r.element ->> 3, r.element ->> 4, \
+           'pending', r.element ->> 5, r.element ->> 6, 0, \
+           COALESCE(r.element ->> 7, {type_max}, r.element ->> 8), \
+           r.element ->> 9, r.element ->> 10, r.element ->> 11, r.element ->> 12, ?2, ?2, r.element ->> 13 \
+         FROM {rows} AS r WHERE true \
          ON CONFLICT DO NOTHING",
-        type_max = type_max_attempts("boxcar_deployed_types", "(r.value ->> 1)")
+        type_max = type_max_attempts("boxcar_deployed_types", "(r.element ->> 1)"),
+        rows = sqlite_json_elements("?1"),
     )
 });
 

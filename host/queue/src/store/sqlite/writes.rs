@@ -21,7 +21,9 @@ use super::rows::{claim_lists, ms};
 use super::{history, insert, tx, SqliteStore};
 use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, JobStatus};
-use crate::store::sql::{endings_json, jobs_from_rows, logs_json, SqlEnding, JOB_COLS, LIVE};
+use crate::store::sql::{
+    endings_json, jobs_from_rows, logs_json, sqlite_json_elements, SqlEnding, JOB_COLS, LIVE,
+};
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams,
     RenewParams, RetryParams, StoreError, StoreEvent, EXPIRED_CODE, EXPIRED_ERROR,
@@ -155,14 +157,16 @@ static COMPLETE: LazyLock<String> = LazyLock::new(|| {
         "BEGIN IMMEDIATE; {record}; {logs}; \
          UPDATE boxcar_jobs SET status = 'succeeded', result = c.result, finished_at = ?3, \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = ?3 \
-         FROM (SELECT json_extract(value, '$.id') AS id, json_extract(value, '$.attempt') AS attempt, \
-                 json_extract(value, '$.result') AS result \
-               FROM json_each(?5)) AS c \
+         FROM (SELECT json_extract(element, '$.id') AS id, \
+                 json_extract(element, '$.attempt') AS attempt, \
+                 json_extract(element, '$.result') AS result \
+               FROM {batch}) AS c \
          WHERE boxcar_jobs.id = c.id AND +boxcar_jobs.status = 'running' \
            AND boxcar_jobs.lease_owner = ?2 AND boxcar_jobs.attempts = c.attempt \
          RETURNING boxcar_jobs.id; \
          COMMIT",
         record = sql.record_attempts_at(1),
+        batch = sqlite_json_elements("?5"),
         logs = sql.insert_logs_at(4),
     )
 });
