@@ -242,17 +242,8 @@ mod tests {
         let (release, wait) = std::sync::mpsc::channel::<()>();
         let hub = ObserverHub::default();
         hub.add(Arc::new(Stuck(std::sync::Mutex::new(wait))));
-        let event = LifecycleEvent {
-            job_id: "j".into(),
-            job_type: "t".into(),
-            scope: None,
-            outcome: LifecycleOutcome::Started,
-            attempts: 1,
-            error: None,
-            duration: None,
-        };
         for _ in 0..CHANNEL + 10 {
-            hub.emit(event.clone());
+            hub.emit(event("j"));
         }
         assert!(hub.dropped() >= 9, "dropped {}", hub.dropped());
         drop(release);

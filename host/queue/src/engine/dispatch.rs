@@ -5,9 +5,8 @@
 //! per claimed job as its type's slots free, oldest claim first.
 //!
 //! Unguarded types are claimed together, in one store call for all of
-//! them (`JobStore::claim_many`; a round with one such type, the common
-//! case, uses the single-type claim, a simpler statement); guarded types
-//! claim one by one through the guard policy. So a round costs O(1) statements however many types
+//! them (`JobStore::claim_many`); guarded types claim one by one through
+//! the guard policy. So a round costs O(1) statements however many types
 //! are registered, and an idle host asks the store one question per poll.
 //!
 //! Fairness: each round asks the types in least-recently-served order (the
@@ -41,7 +40,7 @@ use super::claim_ahead::{self, Buffered, ClaimAhead};
 use super::due_set::DueSet;
 use super::{run, run_span, Engine};
 use crate::attempt::AttemptOutcome;
-use crate::guards::{Blocker, ClaimGuards};
+use crate::guards::Blocker;
 use crate::job::Job;
 use crate::metrics::StoreOp;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
@@ -260,31 +259,13 @@ async fn claim_unguarded(
     due: &mut DueSet,
     batch: Vec<(TypeClaim, Arc<HandlerEntry>)>,
 ) -> bool {
-    let worker_id = engine.opts.worker_id.clone();
-    let sent = Instant::now();
-    let metrics = engine.queue.metrics();
-    let claimed = if let [(only, _)] = batch.as_slice() {
-        let params = ClaimParams {
-            worker_id,
-            job_type: only.job_type.clone(),
-            limit: only.limit,
-            lease: only.lease,
-            handler_version: only.handler_version.clone(),
-            guards: ClaimGuards::default(),
-        };
-        metrics
-            .timed(StoreOp::Claim, engine.store.claim_batch(params))
-            .await
-    } else {
-        let params = ClaimManyParams {
-            worker_id,
-            types: batch.iter().map(|(c, _)| c.clone()).collect(),
-        };
-        metrics
-            .timed(StoreOp::Claim, engine.store.claim_many(params))
-            .await
+    let params = ClaimManyParams {
+        worker_id: engine.opts.worker_id.clone(),
+        types: batch.iter().map(|(c, _)| c.clone()).collect(),
     };
-    let res = match claimed {
+    let sent = Instant::now();
+    let claimed = engine.store.claim_many(params);
+    let res = match engine.queue.metrics().timed(StoreOp::Claim, claimed).await {
         Ok(r) => r,
         Err(e) => {
             tracing::warn!(types = batch.len(), error = %e, "claim failed; retrying at the next poll");

@@ -125,9 +125,8 @@ async fn enqueue_claims_its_type_alone(fx: Fixture, calls: Calls) {
         .filter(|c| c.starts_with("store.claim"))
         .collect();
     assert!(!claims.is_empty());
-    // One type in a round takes the single-type claim; several, claim_many.
     assert!(
-        claims.iter().all(|c| c.contains("job_type=t150,")),
+        claims.iter().all(|c| c.contains("types=1,")),
         "only the enqueued type is claimed for: {claims:?}"
     );
     fx.finish().await;

@@ -292,7 +292,10 @@ macro_rules! sql_job_store {
             }
 
             async fn claim_many(&self, p: ClaimManyParams) -> Result<ClaimResult, StoreError> {
-                due::claim_many(self, p).await
+                match p.into_single() {
+                    Ok(one) => writes::claim_batch(self, one).await,
+                    Err(many) => due::claim_many(self, many).await,
+                }
             }
 
             async fn due_types(&self, job_types: &[String]) -> Result<DueTypes, StoreError> {
