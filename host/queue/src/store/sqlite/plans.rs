@@ -1,4 +1,4 @@
-//! The claim statements' query plans on SQLite, checked: with the default
+//! Query plans of the hot statements on SQLite, checked: with the default
 //! (statistics-free) planner, a claim walks `boxcar_jobs_claim` in claim
 //! order and stops at its `LIMIT`. Offered `run_at <= now` as a usable
 //! range, the planner preferred `boxcar_jobs_due` (`job_type, run_at`) for
@@ -6,6 +6,11 @@
 //! type to find the first few: its cost grew with the backlog (13 ms per
 //! claim with 22,000 jobs queued, against 0.2 ms walking the claim index),
 //! so that read hides `run_at` from the planner.
+//!
+//! The reads that lost an index of their own to save writes are checked
+//! too: a type's running jobs come from the `(job_type, status)` range of
+//! `boxcar_jobs_type_created`, and the unfiltered jobs list from one range
+//! of `boxcar_jobs_status_created` per status.
 
 use std::time::Duration;
 
@@ -76,5 +81,41 @@ async fn a_claims_busy_scopes_read_walks_the_running_jobs_only() {
             .iter()
             .any(|l| l.contains("boxcar_jobs_lease") || l.contains("boxcar_jobs_status_created")),
         "an index of the running jobs: {lines:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_types_running_jobs_are_read_from_the_type_index() {
+    for sql in [
+        Dialect::sqlite().live_types(),
+        Dialect::sqlite().waiting_types(),
+        Dialect::sqlite().live_counts(),
+    ] {
+        let lines = plan(&sql, 2).await;
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("boxcar_jobs_type_created (job_type=? AND status=?)")),
+            "the (type, running) range: {lines:?}"
+        );
+        assert!(
+            !lines.iter().any(|l| l.contains("SCAN boxcar_jobs")),
+            "no scan of the jobs: {lines:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_unfiltered_jobs_list_reads_one_status_range_per_status() {
+    let page = crate::store::sql::page_query("boxcar_jobs", &crate::JobFilter::default());
+    let lines = plan(&page.sql, page.binds.len()).await;
+    let ranges = lines
+        .iter()
+        .filter(|l| l.contains("boxcar_jobs_status_created (status=?)"))
+        .count();
+    assert_eq!(ranges, 5, "{lines:?}");
+    assert!(
+        !lines.iter().any(|l| l.contains("SCAN boxcar_jobs")),
+        "no scan of the jobs: {lines:?}"
     );
 }

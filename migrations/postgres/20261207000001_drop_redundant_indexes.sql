@@ -1,0 +1,10 @@
+-- Two indexes that other indexes now answer, dropped: every insert and
+-- every status change (claim, completion, retry) wrote an entry into each.
+-- - jobs_created (created_at, id): the unfiltered jobs list reads one
+--   range of jobs_status_created per status, each in (created_at, id)
+--   order, and merges at most five pages.
+-- - jobs_running_type (job_type) of running jobs: the guards' reads of a
+--   type's running jobs are the (job_type, 'running') range of
+--   jobs_type_created.
+DROP INDEX IF EXISTS jobs_created;
+DROP INDEX IF EXISTS jobs_running_type;
