@@ -4,7 +4,10 @@
 //!
 //! A job's unset attempt budget is its type's newest deploy's, else its
 //! default (see `store::deployed_types`; the subquery is the one SQLite's
-//! insert uses).
+//! insert uses). The subquery runs once per distinct type of the batch
+//! (bound as its own array and joined), not once per job: per job it was
+//! an index probe of `deployed_types` per row, ≈ a tenth of a batch
+//! insert's time.
 //!
 //! Invariants: ids are fresh UUIDv7s, so only a dedupe key can conflict. A
 //! batch without one is a plain insert (`ON CONFLICT` makes Postgres insert
@@ -46,12 +49,15 @@ struct Columns<'a> {
     expires_at: Vec<Option<DateTime<Utc>>>,
     ttl_ms: Vec<Option<i64>>,
     traceparent: Vec<Option<&'a str>>,
+    /// The batch's job types, each once, for the per-type defaults.
+    distinct_types: Vec<&'a str>,
 }
 
 impl<'a> Columns<'a> {
     fn of(jobs: &[&'a InsertJob]) -> Self {
         let attempts = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
         let mut c = Self::default();
+        let mut typed: HashSet<&str> = HashSet::new();
         for j in jobs {
             c.id.push(&j.id);
             c.job_type.push(&j.job_type);
@@ -72,29 +78,50 @@ impl<'a> Columns<'a> {
             c.expires_at.push(j.expires_at);
             c.ttl_ms.push(j.ttl.map(time::millis));
             c.traceparent.push(j.traceparent.as_deref());
+            if j.max_attempts.is_none() && typed.insert(&j.job_type) {
+                c.distinct_types.push(&j.job_type);
+            }
         }
         c
     }
 }
 
-/// The insert statement: `$1`..`$16` the columns.
-fn statement(sql: &Dialect, on_conflict: &str, returning: &str) -> String {
+/// Which insert a [`statement`] is.
+#[derive(Clone, Copy, PartialEq)]
+enum Insert {
+    /// Every job is stored or the statement fails; returns nothing.
+    Plain,
+    /// A job whose dedupe key is live (held by a stored job or an earlier
+    /// job of the batch) is skipped; returns the stored ids. Rows are
+    /// inserted in batch order, so the first of a batch's duplicates wins.
+    Deduplicated,
+}
+
+/// The insert statement: `$1`..`$16` the columns, `$17` the distinct job
+/// types of the jobs without an attempt budget.
+fn statement(sql: &Dialect, kind: Insert) -> String {
+    let (order, tail) = match kind {
+        Insert::Plain => ("", ""),
+        Insert::Deduplicated => ("ORDER BY t.n", "ON CONFLICT DO NOTHING RETURNING id"),
+    };
     format!(
         "INSERT INTO {jobs} (id, job_type, payload, scope_type, scope_id, priority, run_at, \
            max_attempts, dedupe_key, parent_id, schedule_id, expires_at, traceparent) \
          SELECT t.id, t.job_type, t.payload, t.scope_type, t.scope_id, t.priority, {run_at}, \
-           COALESCE(t.max_attempts, {type_max}, t.default_max_attempts), \
+           COALESCE(t.max_attempts, defaults.max_attempts, t.default_max_attempts), \
            t.dedupe_key, t.parent_id, t.schedule_id, \
            COALESCE(t.expires_at, CASE WHEN t.ttl_ms IS NOT NULL THEN {ttl} END), t.traceparent \
          FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int4[], \
            $7::timestamptz[], $8::int8[], $9::int4[], $10::text[], $11::text[], $12::text[], \
-           $13::timestamptz[], $14::int8[], $15::int4[], $16::text[]) \
+           $13::timestamptz[], $14::int8[], $15::int4[], $16::text[]) WITH ORDINALITY \
            AS t(id, job_type, payload, scope_type, scope_id, priority, run_at, delay_ms, \
                 max_attempts, dedupe_key, parent_id, schedule_id, expires_at, ttl_ms, \
-                default_max_attempts, traceparent) \
-         {on_conflict} {returning}",
+                default_max_attempts, traceparent, n) \
+         LEFT JOIN (SELECT u.job_type, {type_max} AS max_attempts \
+           FROM unnest($17::text[]) AS u(job_type)) defaults ON defaults.job_type = t.job_type \
+         {order} {tail}",
         jobs = sql.jobs,
-        type_max = type_max_attempts(&sql.deployed_types, "t.job_type"),
+        type_max = type_max_attempts(&sql.deployed_types, "u.job_type"),
         run_at = sql.plus_ms("COALESCE(t.run_at, now())", "t.delay_ms"),
         ttl = sql.plus_ms("now()", "t.ttl_ms"),
     )
@@ -122,6 +149,7 @@ fn bound<'q>(
         .bind(&c.ttl_ms)
         .bind(&c.default_max_attempts)
         .bind(&c.traceparent)
+        .bind(&c.distinct_types)
 }
 
 /// Fails with the first parent that is neither in the batch nor stored.
@@ -165,7 +193,7 @@ pub(super) async fn insert_all(
     }
     let all: Vec<&InsertJob> = jobs.iter().collect();
     let columns = Columns::of(&all);
-    let statement = statement(sql, "", "");
+    let statement = statement(sql, Insert::Plain);
     let stored = bound(&statement, &columns)
         .execute(&mut *conn)
         .await?
@@ -192,7 +220,7 @@ async fn insert_deduplicated(
     sql: &Dialect,
     jobs: &[InsertJob],
 ) -> Result<Vec<AddResult>, StoreError> {
-    let statement = statement(sql, "ON CONFLICT DO NOTHING", "RETURNING id");
+    let statement = statement(sql, Insert::Deduplicated);
     let mut pending: Vec<&InsertJob> = jobs.iter().collect();
     let mut results: HashMap<String, AddResult> = HashMap::new();
     for _round in 0..ROUNDS {

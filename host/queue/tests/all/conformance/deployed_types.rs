@@ -155,9 +155,29 @@ async fn inserts_take_the_newest_deploys_max_attempts(fx: &Fixture) {
         4,
         "the producer's own value wins"
     );
-    let batch = q.add_many(vec![job("x"), job("other")]).await.unwrap();
+    let batch = q
+        .add_many(vec![
+            job("x"),
+            job("other"),
+            job("x").max_attempts(5),
+            job("x"),
+        ])
+        .await
+        .unwrap();
     assert_eq!(max_attempts(fx, &batch[0].id).await, 1, "in a batch too");
     assert_eq!(max_attempts(fx, &batch[1].id).await, 3, "per job type");
+    assert_eq!(max_attempts(fx, &batch[2].id).await, 5, "per job");
+    assert_eq!(
+        max_attempts(fx, &batch[3].id).await,
+        1,
+        "every job of the type"
+    );
+    let keyed = q
+        .add_many(vec![job("other").dedupe_key("k"), job("x").dedupe_key("l")])
+        .await
+        .unwrap();
+    assert_eq!(max_attempts(fx, &keyed[0].id).await, 3, "with dedupe keys");
+    assert_eq!(max_attempts(fx, &keyed[1].id).await, 1, "with dedupe keys");
 
     let raw = InsertJob {
         max_attempts: None,
