@@ -18,6 +18,7 @@ mod migrate;
 mod model;
 mod multiprocess;
 mod pg_pool;
+mod pg_wakeups;
 mod replay;
 mod schedules;
 mod sqlite_pool;

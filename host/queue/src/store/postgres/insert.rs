@@ -15,7 +15,10 @@
 //! that stores every job or fails whole, and returns no rows. A batch with
 //! dedupe keys resolves a live conflict to the existing id, in a few rounds
 //! for races with finishing duplicates. A parent outside the batch must
-//! exist.
+//! exist. Every insert statement notifies the schema's insert channel once
+//! per job type it stored, in the same statement (no trigger: reading the
+//! types back from a transition table cost a PL/pgSQL query per
+//! statement).
 
 use std::collections::{HashMap, HashSet};
 
@@ -26,6 +29,15 @@ use crate::job::AddResult;
 use crate::store::sql::{type_max_attempts, Dialect, LIVE};
 use crate::store::{InsertJob, StoreError};
 use crate::time;
+
+/// Where a store's inserts go: its statements' tables and its insert
+/// channel.
+pub(super) struct Target<'a> {
+    /// The store's statements.
+    pub sql: &'a Dialect,
+    /// The channel the store's listeners wait on for inserts.
+    pub channel: &'a str,
+}
 
 /// Rounds of insert-then-resolve before a batch with dedupe keys gives up.
 const ROUNDS: usize = 5;
@@ -49,7 +61,7 @@ struct Columns<'a> {
     expires_at: Vec<Option<DateTime<Utc>>>,
     ttl_ms: Vec<Option<i64>>,
     traceparent: Vec<Option<&'a str>>,
-    /// The batch's job types, each once, for the per-type defaults.
+    /// The batch's job types, each once: their defaults and wake-ups.
     distinct_types: Vec<&'a str>,
 }
 
@@ -78,7 +90,7 @@ impl<'a> Columns<'a> {
             c.expires_at.push(j.expires_at);
             c.ttl_ms.push(j.ttl.map(time::millis));
             c.traceparent.push(j.traceparent.as_deref());
-            if j.max_attempts.is_none() && typed.insert(&j.job_type) {
+            if typed.insert(&j.job_type) {
                 c.distinct_types.push(&j.job_type);
             }
         }
@@ -89,22 +101,22 @@ impl<'a> Columns<'a> {
 /// Which insert a [`statement`] is.
 #[derive(Clone, Copy, PartialEq)]
 enum Insert {
-    /// Every job is stored or the statement fails; returns nothing.
+    /// Every job is stored or the statement fails (no conflict clause, no
+    /// condition); notifies every type of the batch.
     Plain,
     /// A job whose dedupe key is live (held by a stored job or an earlier
-    /// job of the batch) is skipped; returns the stored ids. Rows are
-    /// inserted in batch order, so the first of a batch's duplicates wins.
+    /// job of the batch) is skipped; answers the stored ids and notifies
+    /// the types it stored. Rows are inserted in batch order, so the first
+    /// of a batch's duplicates wins.
     Deduplicated,
 }
 
-/// The insert statement: `$1`..`$16` the columns, `$17` the distinct job
-/// types of the jobs without an attempt budget.
+/// The insert statement: `$1`..`$16` the columns, `$17` the batch's
+/// distinct job types (for their deployed defaults), `$18` the schema's
+/// insert channel. The same statement sends the wake-up, one notification
+/// per job type (delivered at commit, dropped with a rollback).
 fn statement(sql: &Dialect, kind: Insert) -> String {
-    let (order, tail) = match kind {
-        Insert::Plain => ("", ""),
-        Insert::Deduplicated => ("ORDER BY t.n", "ON CONFLICT DO NOTHING RETURNING id"),
-    };
-    format!(
+    let insert = format!(
         "INSERT INTO {jobs} (id, job_type, payload, scope_type, scope_id, priority, run_at, \
            max_attempts, dedupe_key, parent_id, schedule_id, expires_at, traceparent) \
          SELECT t.id, t.job_type, t.payload, t.scope_type, t.scope_id, t.priority, {run_at}, \
@@ -118,19 +130,33 @@ fn statement(sql: &Dialect, kind: Insert) -> String {
                 max_attempts, dedupe_key, parent_id, schedule_id, expires_at, ttl_ms, \
                 default_max_attempts, traceparent, n) \
          LEFT JOIN (SELECT u.job_type, {type_max} AS max_attempts \
-           FROM unnest($17::text[]) AS u(job_type)) defaults ON defaults.job_type = t.job_type \
-         {order} {tail}",
+           FROM unnest($17::text[]) AS u(job_type)) defaults ON defaults.job_type = t.job_type",
         jobs = sql.jobs,
         type_max = type_max_attempts(&sql.deployed_types, "u.job_type"),
         run_at = sql.plus_ms("COALESCE(t.run_at, now())", "t.delay_ms"),
         ttl = sql.plus_ms("now()", "t.ttl_ms"),
-    )
+    );
+    match kind {
+        // A data-modifying WITH runs to completion whether or not the
+        // query reads it.
+        Insert::Plain => format!(
+            "WITH ins AS ({insert}) \
+             SELECT count(pg_notify($18, u.job_type)) FROM unnest($17::text[]) AS u(job_type)"
+        ),
+        Insert::Deduplicated => format!(
+            "WITH ins AS ({insert} ORDER BY t.n ON CONFLICT DO NOTHING RETURNING id, job_type), \
+             woke AS (SELECT count(pg_notify($18, i.job_type)) AS n \
+               FROM (SELECT DISTINCT job_type FROM ins) i) \
+             SELECT ins.id FROM ins, woke"
+        ),
+    }
 }
 
-/// `statement` bound to the columns of `c`.
+/// `statement` bound to the columns of `c` and the insert channel.
 fn bound<'q>(
     statement: &'q str,
     c: &'q Columns<'q>,
+    channel: &'q str,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     sqlx::query(statement)
         .bind(&c.id)
@@ -150,6 +176,7 @@ fn bound<'q>(
         .bind(&c.default_max_attempts)
         .bind(&c.traceparent)
         .bind(&c.distinct_types)
+        .bind(channel)
 }
 
 /// Fails with the first parent that is neither in the batch nor stored.
@@ -184,26 +211,19 @@ async fn check_parents(
 /// answer per job, in order.
 pub(super) async fn insert_all(
     conn: &mut PgConnection,
-    sql: &Dialect,
+    store: &Target<'_>,
     jobs: &[InsertJob],
 ) -> Result<Vec<AddResult>, StoreError> {
-    check_parents(conn, sql, jobs).await?;
+    check_parents(conn, store.sql, jobs).await?;
     if jobs.iter().any(|j| j.dedupe_key.is_some()) {
-        return insert_deduplicated(conn, sql, jobs).await;
+        return insert_deduplicated(conn, store, jobs).await;
     }
     let all: Vec<&InsertJob> = jobs.iter().collect();
     let columns = Columns::of(&all);
-    let statement = statement(sql, Insert::Plain);
-    let stored = bound(&statement, &columns)
+    let statement = statement(store.sql, Insert::Plain);
+    bound(&statement, &columns, store.channel)
         .execute(&mut *conn)
-        .await?
-        .rows_affected();
-    if usize::try_from(stored).ok() != Some(jobs.len()) {
-        return Err(StoreError::Corrupt(format!(
-            "an insert of {} jobs stored {stored}",
-            jobs.len()
-        )));
-    }
+        .await?;
     Ok(jobs
         .iter()
         .map(|j| AddResult {
@@ -217,9 +237,10 @@ pub(super) async fn insert_all(
 /// the live job that holds its key.
 async fn insert_deduplicated(
     conn: &mut PgConnection,
-    sql: &Dialect,
+    store: &Target<'_>,
     jobs: &[InsertJob],
 ) -> Result<Vec<AddResult>, StoreError> {
+    let sql = store.sql;
     let statement = statement(sql, Insert::Deduplicated);
     let mut pending: Vec<&InsertJob> = jobs.iter().collect();
     let mut results: HashMap<String, AddResult> = HashMap::new();
@@ -228,7 +249,7 @@ async fn insert_deduplicated(
             break;
         }
         let columns = Columns::of(&pending);
-        let inserted: Vec<String> = bound(&statement, &columns)
+        let inserted: Vec<String> = bound(&statement, &columns, store.channel)
             .fetch_all(&mut *conn)
             .await?
             .iter()

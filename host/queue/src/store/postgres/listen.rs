@@ -1,6 +1,8 @@
 //! The LISTEN relay: one task per store that turns the schema's
-//! `<schema>_jobs_inserted` and `<schema>_jobs_finished` notifications
-//! (sent by triggers) into [`StoreEvent`]s for local subscribers.
+//! `<schema>_jobs_inserted` notifications (sent by every inserting
+//! statement of boxcar and by the SQL function `add_job`) and
+//! `<schema>_jobs_finished` ones (a trigger) into [`StoreEvent`]s for local
+//! subscribers.
 //!
 //! An insert notification carries the inserted job type (one per type and
 //! statement), relayed as `Inserted(type)`; an empty type means "any type".
@@ -19,6 +21,11 @@ use tokio::task::JoinHandle;
 
 use crate::store::{StoreError, StoreEvent};
 
+/// The channel `schema`'s inserts are notified on.
+pub(super) fn inserted_channel(schema: &str) -> String {
+    format!("{schema}_jobs_inserted")
+}
+
 /// Starts listening on `pool` for `schema`'s channels and relays to
 /// `events` until the returned task is aborted.
 pub(super) async fn relay(
@@ -27,7 +34,7 @@ pub(super) async fn relay(
     events: broadcast::Sender<StoreEvent>,
 ) -> Result<JoinHandle<()>, StoreError> {
     let mut listener = PgListener::connect_with(pool).await?;
-    let inserted = format!("{schema}_jobs_inserted");
+    let inserted = inserted_channel(schema);
     let finished = format!("{schema}_jobs_finished");
     listener
         .listen_all([inserted.as_str(), finished.as_str()])

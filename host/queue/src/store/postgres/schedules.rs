@@ -141,7 +141,12 @@ pub(super) async fn fire(
         return Ok(None);
     }
     let job_type = p.job.job_type.clone();
-    let added = insert_all(&mut tx, &store.sql, std::slice::from_ref(&p.job)).await?;
+    let added = insert_all(
+        &mut tx,
+        &store.insert_target(),
+        std::slice::from_ref(&p.job),
+    )
+    .await?;
     tx.commit().await?;
     let _ = store.events.send(StoreEvent::Inserted(job_type));
     Ok(added.into_iter().next())
