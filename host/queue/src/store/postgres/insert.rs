@@ -7,15 +7,15 @@
 //! insert uses). The subquery runs once per distinct type of the batch
 //! (bound as its own array and joined), not once per job: per job it was
 //! an index probe of `deployed_types` per row, ≈ a tenth of a batch
-//! insert's time.
+//! insert's time once a deploy is recorded.
 //!
 //! Invariants: ids are fresh UUIDv7s, so only a dedupe key can conflict. A
 //! batch without one is a plain insert (`ON CONFLICT` makes Postgres insert
 //! speculatively: an arbiter-index probe and an extra WAL record per row)
-//! that stores every job or fails whole, and returns no rows. A batch with
-//! dedupe keys resolves a live conflict to the existing id, in a few rounds
-//! for races with finishing duplicates. A parent outside the batch must
-//! exist. Every insert statement notifies the schema's insert channel once
+//! that stores every job or fails whole, and answers nothing per job. A
+//! batch with dedupe keys resolves a live conflict to the existing id, in a
+//! few rounds for races with finishing duplicates. A parent outside the
+//! batch must exist. Every insert statement notifies the schema's insert channel once
 //! per job type it stored, in the same statement (no trigger: reading the
 //! types back from a transition table cost a PL/pgSQL query per
 //! statement).
@@ -99,7 +99,7 @@ impl<'a> Columns<'a> {
 }
 
 /// Which insert a [`statement`] is.
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Insert {
     /// Every job is stored or the statement fails (no conflict clause, no
     /// condition); notifies every type of the batch.

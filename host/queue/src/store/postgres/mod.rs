@@ -190,10 +190,10 @@ impl PostgresStore {
         }
         let opts = PgConnectOptions::from_str(url)?;
         let pool = pool_options(8).connect_with(opts.clone()).await?;
+        // Opened on first use: most CLI commands never enqueue.
         let enqueue = pool_options(4)
             .after_connect(|conn, _| Box::pin(async move { plan_once(conn).await }))
-            .connect_with(opts.clone())
-            .await?;
+            .connect_lazy_with(opts.clone());
         let fast = pool_options(4)
             .after_connect(|conn, _| {
                 Box::pin(async move {
