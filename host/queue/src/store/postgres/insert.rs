@@ -15,10 +15,10 @@
 //! that stores every job or fails whole, and answers nothing per job. A
 //! batch with dedupe keys resolves a live conflict to the existing id, in a
 //! few rounds for races with finishing duplicates. A parent outside the
-//! batch must exist. Every insert statement notifies the schema's insert channel once
-//! per job type it stored, in the same statement (no trigger: reading the
-//! types back from a transition table cost a PL/pgSQL query per
-//! statement).
+//! batch must exist. Every insert statement notifies the schema's insert
+//! channel once per job type it stored, in the same statement (no trigger:
+//! reading the types back from a transition table cost a PL/pgSQL query
+//! per statement).
 
 use std::collections::{HashMap, HashSet};
 
