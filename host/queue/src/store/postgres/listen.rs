@@ -6,6 +6,9 @@
 //!
 //! An insert notification carries the inserted job type (one per type and
 //! statement), relayed as `Inserted(type)`; an empty type means "any type".
+//! A finished notification carries one or more job ids separated by spaces
+//! (the failure trigger sends one, a completion batch up to 32), each
+//! relayed as its own `Finished(id)`.
 //!
 //! Invariant: after a reconnect (notifications may have been missed) the
 //! relay sends one `Inserted` wake-up for any type, so dispatchers ask
@@ -26,6 +29,11 @@ pub(super) fn inserted_channel(schema: &str) -> String {
     format!("{schema}_jobs_inserted")
 }
 
+/// The channel `schema`'s terminal transitions are notified on.
+pub(super) fn finished_channel(schema: &str) -> String {
+    format!("{schema}_jobs_finished")
+}
+
 /// Starts listening on `pool` for `schema`'s channels and relays to
 /// `events` until the returned task is aborted.
 pub(super) async fn relay(
@@ -35,20 +43,20 @@ pub(super) async fn relay(
 ) -> Result<JoinHandle<()>, StoreError> {
     let mut listener = PgListener::connect_with(pool).await?;
     let inserted = inserted_channel(schema);
-    let finished = format!("{schema}_jobs_finished");
+    let finished = finished_channel(schema);
     listener
         .listen_all([inserted.as_str(), finished.as_str()])
         .await?;
     Ok(tokio::spawn(async move {
         loop {
             match listener.try_recv().await {
+                Ok(Some(n)) if n.channel() == finished => {
+                    for id in n.payload().split(' ').filter(|id| !id.is_empty()) {
+                        let _ = events.send(StoreEvent::Finished(id.to_string()));
+                    }
+                }
                 Ok(Some(n)) => {
-                    let ev = if n.channel() == finished {
-                        StoreEvent::Finished(n.payload().to_string())
-                    } else {
-                        StoreEvent::Inserted(n.payload().to_string())
-                    };
-                    let _ = events.send(ev);
+                    let _ = events.send(StoreEvent::Inserted(n.payload().to_string()));
                 }
                 Ok(None) => {
                     let _ = events.send(StoreEvent::Inserted(String::new()));

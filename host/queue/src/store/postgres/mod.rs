@@ -6,7 +6,8 @@
 //!   enqueue (`add_in_tx`), and several schemas can share a database.
 //! - Lease and due-time comparisons use the database clock (`now()`).
 //! - Inserts notify `<schema>_jobs_inserted` (each inserting statement, per
-//!   job type) and terminal transitions notify `<schema>_jobs_finished` (a
+//!   job type) and terminal transitions notify `<schema>_jobs_finished`
+//!   (completions from their statement, failures and cancellations from a
 //!   trigger); a listener task relays both to [`JobStore::subscribe`].
 //! - Migrations of one schema run behind a session advisory lock keyed on
 //!   the schema, so processes starting together apply each version once.
@@ -85,6 +86,8 @@ pub struct PostgresStore {
     schema: String,
     /// The channel this schema's inserts are notified on.
     inserted_channel: String,
+    /// The channel this schema's terminal transitions are notified on.
+    finished_channel: String,
     /// The shared statements, spelled for this schema.
     sql: Dialect,
     events: broadcast::Sender<StoreEvent>,
@@ -214,6 +217,7 @@ impl PostgresStore {
             sql: Dialect::postgres(schema),
             schema: schema.to_string(),
             inserted_channel: listen::inserted_channel(schema),
+            finished_channel: listen::finished_channel(schema),
             events,
             listener,
         })
