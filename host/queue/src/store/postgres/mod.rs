@@ -73,7 +73,7 @@ pub fn valid_schema(s: &str) -> bool {
 pub struct PostgresStore {
     pool: PgPool,
     /// Durable connections that plan each statement once ([`plan_once`]),
-    /// for the store's one-job inserts. `pool`, which callers also get for
+    /// for the store's inserts. `pool`, which callers also get for
     /// their own transactions, keeps Postgres's default planning.
     enqueue: PgPool,
     /// Connections with `synchronous_commit = off` that plan each
@@ -284,11 +284,9 @@ sql_job_store!(PostgresStore {
     }
 
     async fn add_many(&self, jobs: Vec<InsertJob>) -> Result<Vec<AddResult>, StoreError> {
-        // One job: the statement's plan is made once per connection. A
-        // batch: planned for its size on each call (the planner then sees
-        // the arrays' lengths), a cost spread over the batch.
-        let pool = if jobs.len() > 1 { &self.pool } else { &self.enqueue };
-        let mut conn = pool.acquire().await?;
+        // The insert's plan does not depend on the batch's size: made once
+        // per connection.
+        let mut conn = self.enqueue.acquire().await?;
         insert::insert_all(&mut conn, &self.insert_target(), &jobs).await
     }
 
