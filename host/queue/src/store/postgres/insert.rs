@@ -128,6 +128,11 @@ enum Insert {
 /// same statement sends the wake-up, one notification per job type
 /// (delivered at commit, dropped with a rollback).
 fn statement(sql: &Dialect, kind: Insert) -> String {
+    let defaults = format!(
+        "SELECT array_agg({} ORDER BY u.n) \
+         FROM unnest($17::text[]) WITH ORDINALITY AS u(job_type, n)",
+        type_max_attempts(&sql.deployed_types, "u.job_type")
+    );
     let insert = format!(
         "INSERT INTO {jobs} (id, job_type, payload, scope_type, scope_id, priority, run_at, \
            max_attempts, dedupe_key, parent_id, schedule_id, expires_at, traceparent) \
@@ -143,11 +148,6 @@ fn statement(sql: &Dialect, kind: Insert) -> String {
                 max_attempts, dedupe_key, parent_id, schedule_id, expires_at, ttl_ms, \
                 default_max_attempts, traceparent, type_n, n)",
         jobs = sql.jobs,
-        defaults = format!(
-            "SELECT array_agg({} ORDER BY u.n) \
-             FROM unnest($17::text[]) WITH ORDINALITY AS u(job_type, n)",
-            type_max_attempts(&sql.deployed_types, "u.job_type")
-        ),
         run_at = sql.plus_ms("COALESCE(t.run_at, now())", "t.delay_ms"),
         ttl = sql.plus_ms("now()", "t.ttl_ms"),
     );
