@@ -15,22 +15,46 @@ use tokio::sync::broadcast::Receiver;
 
 use crate::support::{Backend, Fixture};
 
-/// The insert notifications `events` relays until `last` arrives (or
-/// 10 s pass).
-async fn inserted_until(events: &mut Receiver<StoreEvent>, last: &str) -> HashSet<String> {
+/// What `pick` takes from the events `events` relays until `enough` holds
+/// for it (or 10 s pass).
+async fn relayed_until(
+    events: &mut Receiver<StoreEvent>,
+    pick: fn(StoreEvent) -> Option<String>,
+    enough: impl Fn(&HashSet<String>) -> bool,
+) -> HashSet<String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut seen = HashSet::new();
-    while !seen.contains(last) {
+    while !enough(&seen) {
         let left = deadline.saturating_duration_since(Instant::now());
         match tokio::time::timeout(left, events.recv()).await {
-            Ok(Ok(StoreEvent::Inserted(t))) => {
-                seen.insert(t);
-            }
-            Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => {}
+            Ok(Ok(ev)) => seen.extend(pick(ev)),
+            Ok(Err(RecvError::Lagged(_))) => {}
             Ok(Err(RecvError::Closed)) | Err(_) => break,
         }
     }
     seen
+}
+
+/// The insert notifications `events` relays until `last` arrives.
+async fn inserted_until(events: &mut Receiver<StoreEvent>, last: &str) -> HashSet<String> {
+    let inserted = |ev| match ev {
+        StoreEvent::Inserted(t) => Some(t),
+        _ => None,
+    };
+    relayed_until(events, inserted, |seen| seen.contains(last)).await
+}
+
+/// The finished announcements `events` relays until every id of `ids` was
+/// seen.
+async fn finished_until(
+    events: &mut Receiver<StoreEvent>,
+    ids: &HashSet<String>,
+) -> HashSet<String> {
+    let finished = |ev| match ev {
+        StoreEvent::Finished(id) => Some(id),
+        _ => None,
+    };
+    relayed_until(events, finished, |seen| ids.is_subset(seen)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -85,27 +109,6 @@ async fn every_committed_insert_notifies_its_types_and_a_rolled_back_one_none() 
         "a rolled-back insert wakes no one: {seen:?}"
     );
     fx.finish().await;
-}
-
-/// The finished announcements `events` relays until every id of `ids` was
-/// seen (or 10 s pass).
-async fn finished_until(
-    events: &mut Receiver<StoreEvent>,
-    ids: &HashSet<String>,
-) -> HashSet<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut seen = HashSet::new();
-    while !ids.is_subset(&seen) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, events.recv()).await {
-            Ok(Ok(StoreEvent::Finished(id))) => {
-                seen.insert(id);
-            }
-            Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => {}
-            Ok(Err(RecvError::Closed)) | Err(_) => break,
-        }
-    }
-    seen
 }
 
 /// A completion batch announces each of its ids (70 jobs: more than one
