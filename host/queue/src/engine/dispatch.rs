@@ -414,6 +414,11 @@ async fn dispatch(engine: &Arc<Engine>, ahead: &mut ClaimAhead) {
         take_woken(engine, &mut due);
         let mut failed = refresh(engine, &mut due).await;
         failed |= claim_round(engine, &mut rounds, ahead, &mut due).await;
+        // The runs this round spawned wait in this worker's next-task slot,
+        // which no other worker may take: let them start before a wake-up
+        // already pending (a local enqueue is announced twice, by the store
+        // and by the queue) makes another round.
+        tokio::task::yield_now().await;
         let wake_at = if failed {
             Instant::now() + engine.opts.poll_interval
         } else {

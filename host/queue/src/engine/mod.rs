@@ -26,6 +26,7 @@ mod run;
 mod run_span;
 mod scheduler;
 mod services;
+mod start_announcement;
 mod unstorable;
 #[cfg(test)]
 mod unstorable_tests;

@@ -26,6 +26,9 @@
 //! - Every run counts in the queue's metrics: its queue wait when it
 //!   starts; when it ends, its wall time, the host's time outside the
 //!   guest and how the attempt ended, classified as its stored attempt is.
+//! - The run's `started` lifecycle event is handed to observers after the
+//!   handler's first poll ([`StartAnnouncement`]), before any later event
+//!   of the run.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -36,6 +39,7 @@ use super::completer::Done;
 use super::handler_output::admit;
 use super::run_span::record_outcome;
 use super::services::{EnqueueRules, RunServices};
+use super::start_announcement::StartAnnouncement;
 use super::unstorable::{fail_unstorable, is_refusal};
 use super::{backoff::retry_delay, Engine};
 use crate::attempt::{AttemptEnd, AttemptOutcome};
@@ -250,10 +254,11 @@ pub(crate) async fn run_job(
             .queue
             .metrics()
             .started(&job.job_type, queue_wait(&job));
-        engine
-            .queue
-            .emit(event(LifecycleOutcome::Started, None, None));
     }
+    let started_event = StartAnnouncement::new(
+        engine.queue.clone(),
+        (!aborted_before_start).then(|| event(LifecycleOutcome::Started, None, None)),
+    );
     let timeout = entry.settings.timeout;
     let run = job_run(&job, job.attempts, timeout);
     let record = Arc::new(RunRecord::new(job.id.clone(), job.attempts));
@@ -272,7 +277,7 @@ pub(crate) async fn run_job(
     let supervised = if aborted_before_start {
         Outcome::Cancelled
     } else {
-        let fut = entry.handler.handle(run, ctx);
+        let fut = started_event.after_first_poll(entry.handler.handle(run, ctx));
         let deadline = time::instant_after(timeout);
         supervise(
             &engine,
@@ -285,6 +290,7 @@ pub(crate) async fn run_job(
         )
         .await
     };
+    started_event.announce();
     let outcome = admit(supervised);
     engine.queue.inflight().remove(&claim);
     let duration = started.elapsed();
