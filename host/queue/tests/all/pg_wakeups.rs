@@ -8,12 +8,12 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use boxcar_queue::store::{ClaimParams, CompleteParams, Completed, FailParams, StoreEvent};
+use boxcar_queue::store::{ClaimParams, CompleteParams, FailParams, StoreEvent};
 use boxcar_queue::{ClaimGuards, NewJob, Queue, QueueOptions};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::broadcast::Receiver;
 
-use crate::support::{Backend, Fixture};
+use crate::support::{success, Backend, Fixture};
 
 /// What `pick` takes from the events `events` relays until `enough` holds
 /// for it (or 10 s pass).
@@ -144,15 +144,7 @@ async fn every_finished_job_is_announced_by_its_id() {
     let completed = worker
         .complete(CompleteParams {
             worker_id: "w1".into(),
-            jobs: succeeding
-                .iter()
-                .map(|j| Completed {
-                    id: j.id.clone(),
-                    attempt: j.attempts,
-                    result: None,
-                    ending: Default::default(),
-                })
-                .collect(),
+            jobs: succeeding.iter().map(|j| success(j, None)).collect(),
         })
         .await
         .unwrap();

@@ -8,6 +8,7 @@ use boxcar_queue::store::memory::MemoryStore;
 use boxcar_queue::store::postgres::PostgresStore;
 use boxcar_queue::store::sqlite::SqliteStore;
 use boxcar_queue::store::traced::TracedStore;
+use boxcar_queue::store::Completed;
 use boxcar_queue::{
     Handler, JobContext, JobRun, JobStore, LifecycleEvent, LifecycleObserver, LifecycleOutcome,
     Outcome, Queue, QueueOptions,
@@ -227,6 +228,16 @@ impl Handler for FnHandler {
     }
     fn version(&self) -> String {
         "sha256:test".into()
+    }
+}
+
+/// The success of `job`'s current claim, returning `result`.
+pub fn success(job: &boxcar_queue::Job, result: Option<&str>) -> Completed {
+    Completed {
+        id: job.id.clone(),
+        attempt: job.attempts,
+        result: result.map(str::to_string),
+        ending: Default::default(),
     }
 }
 

@@ -8,7 +8,7 @@ use boxcar_queue::{
 use chrono::Utc;
 
 use super::*;
-use crate::support::Fixture;
+use crate::support::{success, Fixture};
 
 /// `n` jobs of type `t` in scope `acct:1`, claimed by [`W1`] and failed on
 /// their only attempt; their ids, oldest first.
@@ -130,16 +130,7 @@ async fn retry_failed_and_prune(fx: &Fixture) {
         .await
         .unwrap();
     assert!(!stale, "the first attempt's fence no longer matches");
-    let jobs: Vec<Completed> = c
-        .claimed
-        .iter()
-        .map(|j| Completed {
-            id: j.id.clone(),
-            attempt: j.attempts,
-            result: None,
-            ending: Default::default(),
-        })
-        .collect();
+    let jobs: Vec<Completed> = c.claimed.iter().map(|j| success(j, None)).collect();
     fx.store
         .complete(CompleteParams {
             worker_id: W1.into(),
