@@ -21,6 +21,7 @@ mod pg_pool;
 mod pg_wakeups;
 mod replay;
 mod schedules;
+mod sqlite_checkpoint;
 mod sqlite_pool;
 mod sqlite_watch;
 mod trace_context;

@@ -108,7 +108,7 @@ impl WriteLock {
     }
 
     /// Acquisitions plus releases so far: odd while a write is in progress.
-    fn count(&self) -> u64 {
+    pub(super) fn count(&self) -> u64 {
         self.count.load(Ordering::SeqCst)
     }
 }

@@ -24,7 +24,11 @@
 //!   migrating one file at the same moment apply each version once; opening
 //!   retries a set-up that SQLite refused with an immediate `SQLITE_BUSY`.
 //!
+//! - The store's own connections never checkpoint the WAL inside a commit;
+//!   a task does it beside the writers (`checkpoint`).
+//!
 //! Modules by concern: `changes` (other processes' commits, noticed),
+//! `checkpoint` (WAL checkpoints off the write path),
 //! `writes` (insert, claim, complete, retry, fail,
 //! release, progress), `admin` (inspect, cancel, retry failed, prune),
 //! `events`, `deployed_types`, `due` (which types have due work,
@@ -33,6 +37,7 @@
 
 mod admin;
 mod changes;
+mod checkpoint;
 mod deployed_types;
 mod due;
 mod events;
@@ -88,6 +93,9 @@ pub struct SqliteStore {
     write: Arc<changes::WriteLock>,
     /// Publishes other processes' commits to subscribers.
     watch: Arc<changes::Watch>,
+    /// Checkpoints the WAL beside this process's writers (the own pool's
+    /// connections do not checkpoint in their commits).
+    _checkpointer: Arc<checkpoint::Checkpointer>,
     /// The shared statements, spelled for SQLite.
     sql: Arc<Dialect>,
 }
@@ -177,7 +185,11 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(false);
-        let own = connect_pool(opts.clone()).await?;
+        let own = connect_pool(
+            opts.clone()
+                .pragma("wal_autocheckpoint", checkpoint::AUTOCHECKPOINT_OFF),
+        )
+        .await?;
         let shared = SqlitePoolOptions::new()
             .max_connections(4)
             .after_release(|conn, _| Box::pin(reset_on_release(conn)))
@@ -189,12 +201,14 @@ impl SqliteStore {
             events.clone(),
             Arc::clone(&write),
         ));
+        let checkpointer = checkpoint::Checkpointer::start(own.clone(), Arc::clone(&write));
         Ok(Self {
             own,
             shared,
             events,
             write,
             watch,
+            _checkpointer: Arc::new(checkpointer),
             sql: Arc::new(Dialect::sqlite()),
         })
     }
