@@ -92,23 +92,23 @@ impl Checkpointer {
                     continue;
                 }
                 pause = INTERVAL;
-                match passive(&pool).await {
+                let checkpointed = match passive(&pool).await {
                     Ok((frames, _)) if frames > WAL_LIMIT => {
                         let mut held = writes.lock().await;
                         // A checkpoint changes no row: the watch still
                         // sees a foreign commit beside it as foreign.
                         held.changed_nothing();
-                        if let Err(e) = passive(&pool).await {
-                            tracing::debug!(error = %e, "SQLite WAL checkpoint failed; retried at the next interval");
-                        }
+                        passive(&pool).await
                     }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::debug!(error = %e, "SQLite WAL checkpoint failed; retried at the next interval");
-                        continue;
-                    }
+                    other => other,
+                };
+                match checkpointed {
+                    Ok(_) => checkpointed_at = seen,
+                    Err(e) => tracing::debug!(
+                        error = %e,
+                        "SQLite WAL checkpoint failed; retried at the next interval"
+                    ),
                 }
-                checkpointed_at = seen;
             }
         });
         Self { task }

@@ -23,7 +23,6 @@
 //! - Migrations run inside one `BEGIN IMMEDIATE` transaction, so processes
 //!   migrating one file at the same moment apply each version once; opening
 //!   retries a set-up that SQLite refused with an immediate `SQLITE_BUSY`.
-//!
 //! - The store's own connections never checkpoint the WAL inside a commit;
 //!   a task does it beside the writers (`checkpoint`).
 //!
