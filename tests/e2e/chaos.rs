@@ -316,8 +316,9 @@ struct Run {
     host: String,
     start: u128,
     end: Option<u128>,
-    /// When its host closed the run, per the host's log (after the guest
-    /// was stopped), if the host lived to log it.
+    /// When its host had stopped the run's guest, per the host's log, if
+    /// the host lived to log it: its `lease lost` line (written once the
+    /// guest is no longer polled) or else its close line.
     closed: Option<u128>,
     /// When the next run of the same job began, if one did.
     next_start: Option<u128>,
@@ -350,9 +351,12 @@ fn read_journal(dir: &Path) -> Vec<Run> {
     runs
 }
 
-/// When each host closed each run: the `job{job_id=… attempt=…}:
-/// boxcar::job: close` lines of the hosts' logs (`HOST-GENERATION.log`),
-/// by (job, attempt, host).
+/// When each host had stopped each run's guest: the earliest of the run
+/// span's `lease lost` line and its close line (`job{job_id=… attempt=…}:
+/// boxcar::job: close`) in the hosts' logs (`HOST-GENERATION.log`), by
+/// (job, attempt, host). A run that lost its lease is closed only after
+/// the host has read the job back and stored the run's last log lines: a
+/// paused host's close line can come well after its guest stopped.
 fn closes_from_logs(dir: &Path) -> HashMap<(String, u64, String), u128> {
     let mut closes = HashMap::new();
     for path in std::fs::read_dir(dir)
@@ -368,7 +372,10 @@ fn closes_from_logs(dir: &Path) -> HashMap<(String, u64, String), u128> {
             continue;
         };
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        for line in text.lines().filter(|l| l.contains("}: boxcar::job: close")) {
+        let stopped = |l: &&str| {
+            l.contains("}: boxcar::job: close") || l.contains("}: boxcar::job: lease lost:")
+        };
+        for line in text.lines().filter(stopped) {
             let field = |key: &str| {
                 let rest = &line[line.find(key)? + key.len()..];
                 Some(rest[..rest.find([' ', '}'])?].to_string())
@@ -387,7 +394,10 @@ fn closes_from_logs(dir: &Path) -> HashMap<(String, u64, String), u128> {
             else {
                 continue;
             };
-            closes.insert((job, attempt, host.to_string()), at);
+            closes
+                .entry((job, attempt, host.to_string()))
+                .and_modify(|t: &mut u128| *t = (*t).min(at))
+                .or_insert(at);
         }
     }
     closes
@@ -440,9 +450,9 @@ fn all_jobs(env: &Env) -> Vec<Value> {
 /// The end of a run for overlap checks. A finished run ends at its `end`
 /// line — or, unless `late`, when its host was stopped, if that came first
 /// (a stopped process runs nothing; what it does after SIGCONT is late). A
-/// run cut short that its host lived to close ends when the host closed
-/// it (its log's `close` line, written once the guest was stopped), or
-/// when stopped as above. Otherwise it ends at the first fault on its host after it started
+/// run cut short that its host lived to log ends when the host had
+/// stopped its guest (its `lease lost` or `close` line), or when stopped
+/// as above. Otherwise it ends at the first fault on its host after it started
 /// (SIGTERM allows the graces) — or when the next run of the same job
 /// began, if that came first: the job was claimed again only after this
 /// run's lease ran out in the store, and its host stops the guest once it
@@ -1048,6 +1058,7 @@ fn run_closes_are_read_from_the_hosts_logs() {
     std::fs::write(
         dir.path().join("h0-1054.log"),
         "2026-12-03T10:14:37.699095Z  INFO boxcar::commands::serve: boxcar host started worker_id=\"h0\"\n\
+         2026-12-03T10:14:40.690000Z  WARN job{job_id=01a23b65-173a job_type=pooled attempt=1 digest=40}: boxcar::job: lease lost: it could no longer be proved\n\
          2026-12-03T10:14:40.712866Z  INFO job{job_id=01a23b65-173a job_type=pooled attempt=1 digest=40 outcome=\"lease_lost\"}: boxcar::job: close time.busy=2.81ms time.idle=58.0ms\n\
          2026-12-03T10:14:41.000000Z  INFO job{job_id=01a23b65-18b0 job_type=pooled attempt=2 digest=40 outcome=\"succeeded\" error=\"attempt=9\"}: boxcar::job: close time.busy=1ms\n",
     )
@@ -1056,7 +1067,8 @@ fn run_closes_are_read_from_the_hosts_logs() {
     assert_eq!(closes.len(), 2, "{closes:?}");
     assert_eq!(
         closes.get(&("01a23b65-173a".to_string(), 1, "h0".to_string())),
-        Some(&1_796_292_880_712_866_000)
+        Some(&1_796_292_880_690_000_000),
+        "the lease-lost line comes before the close line and bounds the run"
     );
     assert!(closes.contains_key(&("01a23b65-18b0".to_string(), 2, "h0".to_string())));
 }

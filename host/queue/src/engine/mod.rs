@@ -27,6 +27,7 @@ mod run_span;
 mod scheduler;
 mod services;
 mod start_announcement;
+mod supervise;
 mod unstorable;
 #[cfg(test)]
 mod unstorable_tests;

@@ -1,9 +1,10 @@
-//! One run of one claimed job: deadline, lease renewal, abort handling, and
-//! the mapping from [`Outcome`] to exactly one fenced store transition.
+//! One run of one claimed job: its start, its supervision while the
+//! handler works ([`supervise`]: deadline, lease renewal, aborts), and the
+//! mapping from [`Outcome`] to exactly one fenced store transition.
 //!
 //! Invariants:
-//! - The handler future is awaited at most `abandon_grace` after an abort
-//!   or the deadline; then the slot is freed whatever the handler does.
+//! - The slot is freed once the handler stopped or `abandon_grace` after
+//!   an abort or the deadline, whatever the handler does.
 //! - Every write of the run is fenced on its claim (worker and attempt), so
 //!   a run whose lease expired cannot write over a later claim of its job,
 //!   not even one this worker made.
@@ -18,7 +19,7 @@
 //!   (settings are bounded at registration; this is the second line).
 //! - Every run has a [`RunRecord`]: the guest's log lines are stored with
 //!   the attempt's transition (same transaction), and a long run's lines
-//!   every [`LOG_FLUSH_EVERY`] meanwhile (one write for all its new lines,
+//!   every [`LOG_FLUSH_EVERY`](super::supervise::LOG_FLUSH_EVERY) meanwhile (one write for all its new lines,
 //!   so `logs --follow` sees them); a run that ends without a transition of
 //!   its own (cancel, lost lease, shutdown) stores its last lines unfenced.
 //!   The measurement costs the engine two `Instant`s and a few relaxed
@@ -40,6 +41,7 @@ use super::handler_output::admit;
 use super::run_span::record_outcome;
 use super::services::{EnqueueRules, RunServices};
 use super::start_announcement::StartAnnouncement;
+use super::supervise::{flush_logs, supervise};
 use super::unstorable::{fail_unstorable, is_refusal};
 use super::{backoff::retry_delay, Engine};
 use crate::attempt::{AttemptEnd, AttemptOutcome};
@@ -51,26 +53,8 @@ use crate::metrics::StoreOp;
 use crate::observer::{LifecycleEvent, LifecycleOutcome};
 use crate::registry::HandlerEntry;
 use crate::run_record::RunRecord;
-use crate::store::{ClaimRef, FailParams, ReleaseParams, RenewParams, RetryParams};
+use crate::store::{ClaimRef, FailParams, ReleaseParams, RetryParams};
 use crate::time;
-
-/// How often a running job's new log lines are stored.
-pub(crate) const LOG_FLUSH_EVERY: Duration = Duration::from_millis(250);
-
-/// Stores the lines `record` holds, outside any transition.
-async fn flush_logs(engine: &Engine, record: &RunRecord) {
-    let lines = record.take_logs();
-    if lines.is_empty() {
-        return;
-    }
-    let stored = engine
-        .queue
-        .metrics()
-        .timed(StoreOp::Logs, engine.store.append_logs(lines));
-    if let Err(e) = stored.await {
-        tracing::warn!(error = %e, "storing a running job's log lines failed; those lines are lost");
-    }
-}
 
 /// The attempt a run ends: its cause, figures and unstored lines.
 fn attempt_end(record: &RunRecord, outcome: &Outcome, duration: Duration) -> AttemptEnd {
@@ -93,133 +77,6 @@ fn attempt_end(record: &RunRecord, outcome: &Outcome, duration: Duration) -> Att
         outcome: cause,
         usage,
         logs: record.take_logs(),
-    }
-}
-
-/// Renews the lease once; `Ok(false)` when the store refused (lease lost).
-async fn renew(engine: &Engine, claim: &ClaimRef, lease: Duration) -> Result<bool, ()> {
-    let params = RenewParams {
-        worker_id: engine.opts.worker_id.clone(),
-        claims: vec![claim.clone()],
-        lease,
-    };
-    let renewed = engine
-        .queue
-        .metrics()
-        .timed(StoreOp::Renew, engine.store.renew_leases(params));
-    match renewed.await {
-        Ok(ids) => Ok(!ids.is_empty()),
-        Err(e) => {
-            tracing::warn!(job_id = %claim.id, error = %e, "lease renewal failed; will retry");
-            Err(())
-        }
-    }
-}
-
-/// Waits for the handler, the deadline, an abort, or a renewal failure.
-///
-/// The handler is polled only while the lease is provably held: until
-/// `lease_deadline` (counted from before the claim was sent), then until
-/// each successful renewal's lease counted from before it was sent. When
-/// that passes — a slow database, or this process paused — the run is
-/// aborted as lease-lost before the guest takes another step, since
-/// another host may own the job by then.
-async fn supervise(
-    engine: &Engine,
-    entry: &HandlerEntry,
-    job: &Job,
-    handle: &RunHandle,
-    (mut fut, lease_deadline, lease): (
-        futures::future::BoxFuture<'static, Outcome>,
-        Option<tokio::time::Instant>,
-        &LeaseClock,
-    ),
-    deadline: tokio::time::Instant,
-    record: &RunRecord,
-) -> Outcome {
-    let renewal = entry.settings.lease_duration.map(|lease| {
-        let every = entry.settings.lease_renew_interval.unwrap_or(lease / 3);
-        (lease, every.max(Duration::from_millis(10)))
-    });
-    let mut lease_valid_until = lease_deadline;
-    let mut next_renewal = renewal.map(|(_, every)| time::instant_after(every));
-    let mut timed_out = false;
-    let mut next_flush = time::instant_after(LOG_FLUSH_EVERY);
-    loop {
-        if lease_valid_until.is_some_and(|t| tokio::time::Instant::now() >= t) {
-            handle.abort(AbortReason::LeaseLost);
-            break;
-        }
-        let renew_at = next_renewal.unwrap_or(deadline);
-        let lease_end = lease_valid_until.unwrap_or(deadline);
-        // The handler is not polled once the lease has lapsed, even when
-        // no timer has fired yet (right after this process resumed from a
-        // pause): the run is aborted instead.
-        let while_held = std::future::poll_fn(|cx| {
-            if lease.has_lapsed() {
-                return std::task::Poll::Ready(None);
-            }
-            fut.as_mut().poll(cx).map(Some)
-        });
-        tokio::select! {
-            biased;
-            out = while_held => match out {
-                // The handler stopped its guest itself because the lease
-                // lapsed (the sandbox reads the same clock): a lost lease,
-                // not a cancel of the job's own, so nothing is written.
-                Some(Outcome::Cancelled) if lease.has_lapsed() && handle.reason().is_none() => {
-                    handle.abort(AbortReason::LeaseLost);
-                    return Outcome::Cancelled;
-                }
-                Some(out) => return out,
-                None => {
-                    handle.abort(AbortReason::LeaseLost);
-                    break;
-                }
-            },
-            () = tokio::time::sleep_until(next_flush) => {
-                flush_logs(engine, record).await;
-                next_flush = time::instant_after(LOG_FLUSH_EVERY);
-            }
-            () = tokio::time::sleep_until(deadline) => {
-                timed_out = true;
-                handle.token.cancel();
-                break;
-            }
-            () = handle.token.cancelled() => break,
-            () = tokio::time::sleep_until(lease_end), if lease_valid_until.is_some() => {}
-            () = tokio::time::sleep_until(renew_at), if next_renewal.is_some() => {
-                let Some((lease_for, every)) = renewal else { continue };
-                let sent = tokio::time::Instant::now();
-                match renew(engine, &ClaimRef::of(job), lease_for).await {
-                    Ok(true) => {
-                        lease_valid_until = sent.checked_add(lease_for);
-                        if let Some(end) = lease_valid_until {
-                            lease.hold_until(end.into_std());
-                        }
-                        next_renewal = Some(time::instant_after(every));
-                    }
-                    Ok(false) => {
-                        handle.abort(AbortReason::LeaseLost);
-                    }
-                    Err(()) if lease_valid_until.is_some_and(|t| tokio::time::Instant::now() >= t) => {
-                        handle.abort(AbortReason::LeaseLost);
-                    }
-                    Err(()) => {
-                        next_renewal = Some(time::instant_after((every / 4).max(Duration::from_millis(10))));
-                    }
-                }
-            }
-        }
-    }
-    let late = tokio::time::timeout(engine.opts.abandon_grace, &mut fut).await;
-    if late.is_err() {
-        tracing::warn!(job_id = %job.id, "handler did not stop within abandon_grace; freeing its slot");
-    }
-    if timed_out {
-        Outcome::TimedOut
-    } else {
-        Outcome::Cancelled
     }
 }
 

@@ -12,6 +12,7 @@ mod conformance;
 mod deployed;
 mod engine;
 mod fairness;
+mod lease_lost_log;
 mod many_types;
 mod metrics;
 mod migrate;
