@@ -98,6 +98,23 @@ fn lose_lease(handle: &RunHandle, why: LeaseLoss) {
     );
 }
 
+/// When a run's first renewal is due: one interval after its start, or
+/// one interval before its lease ends if that is sooner — at once when
+/// less than an interval is left (the claim was slow, or this process was
+/// paused between the claim and the start). A lease the store still holds
+/// is then renewed in time rather than lost to the interval; one the store
+/// no longer holds is refused (a renewal needs a live lease).
+fn first_renewal(
+    lease_deadline: Option<tokio::time::Instant>,
+    every: Duration,
+) -> tokio::time::Instant {
+    let regular = time::instant_after(every);
+    match lease_deadline.and_then(|end| end.checked_sub(every)) {
+        Some(latest) => regular.min(latest),
+        None => regular,
+    }
+}
+
 /// Waits for the handler, the deadline, an abort, or a renewal failure.
 ///
 /// The handler is polled only while the lease is provably held: until
@@ -124,7 +141,7 @@ pub(super) async fn supervise(
         (lease, every.max(Duration::from_millis(10)))
     });
     let mut lease_valid_until = lease_deadline;
-    let mut next_renewal = renewal.map(|(_, every)| time::instant_after(every));
+    let mut next_renewal = renewal.map(|(_, every)| first_renewal(lease_deadline, every));
     let mut timed_out = false;
     let mut next_flush = time::instant_after(LOG_FLUSH_EVERY);
     loop {
@@ -200,5 +217,37 @@ pub(super) async fn supervise(
         Outcome::TimedOut
     } else {
         Outcome::Cancelled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::first_renewal;
+
+    const EVERY: Duration = Duration::from_secs(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fresh_lease_is_renewed_one_interval_after_the_start() {
+        let now = Instant::now();
+        assert_eq!(first_renewal(Some(now + 3 * EVERY), EVERY), now + EVERY);
+        assert_eq!(first_renewal(None, EVERY), now + EVERY);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_spent_before_the_start_is_renewed_before_it_ends() {
+        let now = Instant::now();
+        assert_eq!(
+            first_renewal(Some(now + EVERY * 3 / 2), EVERY),
+            now + EVERY / 2,
+            "one interval before the end"
+        );
+        assert!(
+            first_renewal(Some(now + Duration::from_millis(10)), EVERY) <= now,
+            "less than an interval left: at once"
+        );
     }
 }

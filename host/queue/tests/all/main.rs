@@ -12,6 +12,7 @@ mod conformance;
 mod deployed;
 mod engine;
 mod fairness;
+mod first_renewal;
 mod lease_lost_log;
 mod many_types;
 mod metrics;
