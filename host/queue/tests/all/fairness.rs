@@ -157,6 +157,9 @@ impl Captured {
             .with_ansi(false)
             .with_max_level(tracing::Level::WARN)
             .finish();
+        // Registered first, so this thread's subscriber never sees its
+        // callsites cached as unwanted (see `global_log`).
+        crate::tracing_capture::global_log();
         tracing::subscriber::set_default(sub)
     }
 

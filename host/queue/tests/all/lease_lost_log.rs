@@ -4,7 +4,7 @@
 //! the run's close line only bounds from much later (after the host has
 //! read the job back and stored the run's last log lines).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use boxcar_queue::{
@@ -13,93 +13,9 @@ use boxcar_queue::{
 };
 use parking_lot::Mutex;
 use serde_json::json;
-use tracing::span::{Attributes, Id};
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::filter::filter_fn;
-use tracing_subscriber::layer::{Context, SubscriberExt};
-use tracing_subscriber::registry::LookupSpan;
-use tracing_subscriber::Layer;
 
 use crate::support::{eventually, handler, Recorder};
-
-/// One event: when it was recorded, its target and fields, and its span's
-/// name and fields.
-#[derive(Clone, Debug)]
-struct Logged {
-    at: Instant,
-    target: String,
-    fields: String,
-    span: String,
-}
-
-/// Records every event with its span.
-#[derive(Clone, Default)]
-struct EventLog(Arc<Mutex<Vec<Logged>>>);
-
-#[derive(Default)]
-struct FieldText(String);
-
-impl tracing::field::Visit for FieldText {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!("{}={:?} ", field.name(), value));
-    }
-}
-
-/// A span's fields as recorded when it was made.
-struct SpanFields(String);
-
-impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for EventLog {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        let mut fields = FieldText::default();
-        attrs.record(&mut fields);
-        if let Some(span) = ctx.span(id) {
-            span.extensions_mut().insert(SpanFields(fields.0));
-        }
-    }
-
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-        let mut fields = FieldText::default();
-        event.record(&mut fields);
-        let span = ctx
-            .event_span(event)
-            .map(|s| {
-                let ext = s.extensions();
-                let text = ext.get::<SpanFields>().map_or("", |f| f.0.as_str());
-                format!("{}{{{text}}}", s.name())
-            })
-            .unwrap_or_default();
-        self.0.lock().push(Logged {
-            at: Instant::now(),
-            target: event.metadata().target().to_string(),
-            fields: fields.0,
-            span,
-        });
-    }
-}
-
-/// The process's event log: the global subscriber, set once. A subscriber
-/// set for one thread missed the run's span whenever tests ran on other
-/// threads (tracing caches which subscribers want a callsite); the global
-/// one sees every thread. It records only the runs' spans and warnings,
-/// so the other tests of the binary pay next to nothing for it.
-fn event_log() -> &'static EventLog {
-    static LOG: OnceLock<EventLog> = OnceLock::new();
-    LOG.get_or_init(|| {
-        let log = EventLog::default();
-        let wanted = filter_fn(|meta| {
-            if meta.is_span() {
-                meta.name() == "job"
-            } else {
-                *meta.level() <= Level::WARN
-            }
-        });
-        tracing::subscriber::set_global_default(
-            tracing_subscriber::registry().with(log.clone().with_filter(wanted)),
-        )
-        .expect("no other test of this binary sets the global subscriber");
-        log
-    })
-}
+use crate::tracing_capture::{global_log, Logged};
 
 fn options() -> WorkerOptions {
     let mut opts = WorkerOptions::default();
@@ -111,7 +27,7 @@ fn options() -> WorkerOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_lease_is_logged_in_the_run_span_once_its_handler_stopped() {
-    let log = event_log();
+    let log = global_log();
 
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("lease.db").display());

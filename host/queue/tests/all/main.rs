@@ -28,3 +28,4 @@ mod sqlite_pool;
 mod sqlite_watch;
 mod trace_context;
 mod traced;
+mod tracing_capture;

@@ -60,6 +60,9 @@ fn install(calls: &Calls) -> tracing::subscriber::DefaultGuard {
             .clone()
             .with_filter(tracing_subscriber::filter::LevelFilter::DEBUG),
     );
+    // Registered first, so this thread's subscriber never sees its
+    // callsites cached as unwanted (see `global_log`).
+    crate::tracing_capture::global_log();
     tracing::subscriber::set_default(subscriber)
 }
 

@@ -43,6 +43,9 @@ async fn every_store_call_is_a_span() {
         log.clone()
             .with_filter(tracing_subscriber::filter::LevelFilter::DEBUG),
     );
+    // Registered first, so this thread's subscriber never sees its
+    // callsites cached as unwanted (see `global_log`).
+    crate::tracing_capture::global_log();
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let dir = tempfile::tempdir().unwrap();
