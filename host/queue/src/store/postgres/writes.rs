@@ -5,16 +5,18 @@
 //! LOCKED` and claims them in the same statement; many completions are one
 //! statement; every write after a claim is fenced on
 //! the claim (`status = running AND lease_owner = worker AND attempts = the
-//! claim's attempt`), and one that ends an attempt runs in a transaction
-//! that first records the attempt and its unstored log lines under the same
-//! fence (`history`). Engine transitions use the
+//! claim's attempt`), and one that ends an attempt records the attempt and
+//! its unstored log lines with it: a completion in its own statement, from
+//! the rows its `UPDATE` returns; the others in a transaction that first
+//! records the attempt under the same fence (`history`). Engine transitions use the
 //! `synchronous_commit = off` pool (see [`PostgresStore`]).
 
 use super::rows::{attempt, claim_arrays};
 use super::{history, tx, PostgresStore};
 use crate::attempt::AttemptOutcome;
+use crate::attempt::LogLine;
 use crate::job::JobStatus;
-use crate::store::sql::{job_columns, jobs_from_rows, SqlEnding, LIVE};
+use crate::store::sql::{endings_json, job_columns, jobs_from_rows, logs_json, SqlEnding, LIVE};
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, ReleaseParams, RenewParams,
     RetryParams, StoreError, EXPIRED_CODE, EXPIRED_ERROR,
@@ -99,9 +101,13 @@ const ANNOUNCE: &str = "numbered AS (SELECT id, row_number() OVER () - 1 AS n FR
      announced AS (SELECT count(pg_notify($5, g.ids)) AS sent \
        FROM (SELECT string_agg(id, ' ') AS ids FROM numbered GROUP BY n / 32) g)";
 
-/// Marks the batch succeeded (fenced on each claim) after recording its
-/// attempts and logs, and announces the ids on the finished channel in the
-/// same statement; answers the ids it completed.
+/// Marks the batch succeeded (fenced on each claim), records the attempt
+/// of each job it marked and stores the batch's log lines, and announces
+/// the ids on the finished channel: one statement, one round trip (its
+/// data-modifying parts all run, in one snapshot, and commit together).
+/// The attempts are made from the `UPDATE`'s own `RETURNING` rows, so one
+/// is recorded exactly when its job's transition applied. Answers the ids
+/// it completed.
 pub(super) async fn complete(
     store: &PostgresStore,
     p: CompleteParams,
@@ -109,32 +115,34 @@ pub(super) async fn complete(
     let ids: Vec<String> = p.jobs.iter().map(|c| c.id.clone()).collect();
     let results: Vec<Option<String>> = p.jobs.iter().map(|c| c.result.clone()).collect();
     let attempts: Vec<i32> = p.jobs.iter().map(|c| attempt(c.attempt)).collect();
-    let mut tx = store.fast.begin().await?;
     let endings: Vec<SqlEnding<'_>> = p
         .jobs
         .iter()
         .map(|c| SqlEnding::of(&c.id, &c.ending, AttemptOutcome::Succeeded, None).fenced(c.attempt))
         .collect();
-    history::record(&mut tx, &store.sql, &endings, Some(&p.worker_id)).await?;
-    let logs = p.jobs.iter().flat_map(|c| &c.ending.logs).collect();
-    history::store_logs(&mut tx, &store.sql, logs).await?;
+    let logs: Vec<&LogLine> = p.jobs.iter().flat_map(|c| &c.ending.logs).collect();
     let done = sqlx::query_scalar(&format!(
         "WITH done AS (UPDATE {} j SET status = 'succeeded', result = c.result, \
            finished_at = now(), lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
          FROM unnest($1::text[], $2::text[], $4::int4[]) AS c(id, result, attempt) \
          WHERE j.id = c.id AND j.status = 'running' AND j.lease_owner = $3 \
-           AND j.attempts = c.attempt RETURNING j.id), {ANNOUNCE} \
+           AND j.attempts = c.attempt \
+         RETURNING j.id, j.attempts, j.handler_version, j.started_at), \
+         recorded AS ({}), logged AS ({}), {ANNOUNCE} \
          SELECT done.id FROM done, announced",
-        store.sql.jobs
+        store.sql.jobs,
+        store.sql.record_attempts_of_done(6, 3),
+        store.sql.insert_logs_at(7),
     ))
     .bind(&ids)
     .bind(&results)
     .bind(&p.worker_id)
     .bind(&attempts)
     .bind(&store.finished_channel)
-    .fetch_all(&mut *tx)
+    .bind(endings_json(&endings))
+    .bind(logs_json(logs.into_iter()))
+    .fetch_all(&store.fast)
     .await?;
-    tx.commit().await?;
     Ok(done)
 }
 
