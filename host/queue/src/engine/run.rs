@@ -8,8 +8,6 @@
 //! - Every write of the run is fenced on its claim (worker and attempt), so
 //!   a run whose lease expired cannot write over a later claim of its job,
 //!   not even one this worker made.
-//! - Renewal is fenced in the store; a renewal that is refused, or that
-//!   keeps failing until the lease would have expired, aborts the run.
 //! - A run aborted because of a cancel or a lost lease writes nothing; one
 //!   aborted by shutdown releases its lease (attempt given back).
 //! - Every handler's outcome passes `handler_output::admit` before it is
@@ -19,8 +17,8 @@
 //!   (settings are bounded at registration; this is the second line).
 //! - Every run has a [`RunRecord`]: the guest's log lines are stored with
 //!   the attempt's transition (same transaction), and a long run's lines
-//!   every [`LOG_FLUSH_EVERY`](super::supervise::LOG_FLUSH_EVERY) meanwhile (one write for all its new lines,
-//!   so `logs --follow` sees them); a run that ends without a transition of
+//!   meanwhile by [`supervise`] (one write for all its new lines, so
+//!   `logs --follow` sees them); a run that ends without a transition of
 //!   its own (cancel, lost lease, shutdown) stores its last lines unfenced.
 //!   The measurement costs the engine two `Instant`s and a few relaxed
 //!   atomics per run.

@@ -13,6 +13,10 @@
 //!   being polled: the line's time bounds the guest's last step.
 //! - The handler future is awaited at most `abandon_grace` after an abort
 //!   or the deadline.
+//! - Renewal is fenced in the store; a renewal that is refused, or that
+//!   keeps failing until the lease would have expired, aborts the run. The
+//!   first comes no later than one interval before the lease ends.
+//! - A running job's new log lines are stored every [`LOG_FLUSH_EVERY`].
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use boxcar_queue::{
     ChildJobRequest, Handler, HandlerSettings, JobContext, JobFilter, JobRun, JobStatus,
@@ -15,6 +15,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use crate::support::{eventually, handler, Backend, Fixture, Recorder};
+use crate::tracing_capture::{global_log, Logged};
 
 fn fast_opts() -> WorkerOptions {
     let mut opts = WorkerOptions::default();
@@ -546,6 +547,26 @@ async fn flows_with_mixed_children(fx: &Fixture) {
     w.shutdown().await;
 }
 
+/// Runs one job of `h` under a 300 ms lease whose renewal never comes in
+/// time, until its run ends as a lost lease; answers the job's id.
+async fn run_until_its_lease_is_lost(q: &Queue, rec: &Recorder, h: Arc<dyn Handler>) -> String {
+    let mut lapsing = settings(60_000);
+    lapsing.lease_duration = Some(Duration::from_millis(300));
+    lapsing.lease_renew_interval = Some(Duration::from_secs(30));
+    let w = start(q, "lapsing", h, lapsing);
+    let id = q.add(NewJob::new("lapsing", &json!({}))).await.unwrap().id;
+    assert!(
+        eventually(Duration::from_secs(10), || async {
+            rec.outcomes(&id).contains(&LifecycleOutcome::LeaseLost)
+        })
+        .await,
+        "the run ends as a lost lease: {:?}",
+        rec.outcomes(&id)
+    );
+    w.shutdown().await;
+    id
+}
+
 /// A handler that stops its guest itself when the run's lease lapses (as
 /// the sandbox does) ends the attempt as a lost lease: no retry, failure
 /// or cancel is written, and the job is left to the rescue.
@@ -560,23 +581,7 @@ async fn a_handler_stopped_by_its_lapsed_lease_loses_the_lease(fx: &Fixture) {
         }
         Outcome::Cancelled
     });
-    let s = {
-        let mut settings = settings(60_000);
-        settings.lease_duration = Some(Duration::from_millis(300));
-        settings.lease_renew_interval = Some(Duration::from_secs(30));
-        settings
-    };
-    let w = start(&q, "lapsing", h, s);
-    let id = q.add(NewJob::new("lapsing", &json!({}))).await.unwrap().id;
-    assert!(
-        eventually(Duration::from_secs(10), || async {
-            rec.outcomes(&id).contains(&LifecycleOutcome::LeaseLost)
-        })
-        .await,
-        "the run ends as a lost lease: {:?}",
-        rec.outcomes(&id)
-    );
-    w.shutdown().await;
+    let id = run_until_its_lease_is_lost(&q, &rec, h).await;
     let outcomes = rec.outcomes(&id);
     assert!(
         !outcomes.contains(&LifecycleOutcome::RetryScheduled)
@@ -586,6 +591,61 @@ async fn a_handler_stopped_by_its_lapsed_lease_loses_the_lease(fx: &Fixture) {
     );
     let job = q.get(&id).await.unwrap().unwrap();
     assert_ne!(job.status, JobStatus::Cancelled, "{job:?}");
+}
+
+/// A run that loses its lease says so in its own span once its handler is
+/// no longer polled: the line is the evidence (for an operator, and for
+/// the chaos harness) of when the guest took its last step, which the
+/// run's close line only bounds from much later (after the host has read
+/// the job back and stored the run's last log lines).
+async fn a_lost_lease_is_logged_in_the_run_span_once_its_handler_stopped(fx: &Fixture) {
+    let log = global_log();
+    let q = fx.queue();
+    let rec = Arc::new(Recorder::default());
+    q.observe(rec.clone());
+    // Steps every 2 ms until it is stopped.
+    let last_step: Arc<Mutex<Option<Instant>>> = Arc::default();
+    let steps = Arc::clone(&last_step);
+    let h = handler(move |job: JobRun, ctx: JobContext| {
+        let steps = Arc::clone(&steps);
+        async move {
+            while !ctx.cancel.is_cancelled() {
+                // The job runs again once its lapsed lease is rescued: only
+                // the first run's steps count.
+                if job.attempt == 1 {
+                    *steps.lock() = Some(Instant::now());
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            Outcome::Cancelled
+        }
+    });
+    let id = run_until_its_lease_is_lost(&q, &rec, h).await;
+
+    let lost = log.containing("lease lost:");
+    let first_run = |l: &&Logged| {
+        l.span.starts_with("job{")
+            && l.span.contains(&format!("job_id={id} "))
+            && l.span.contains("attempt=1 ")
+    };
+    let ours: Vec<&Logged> = lost.iter().filter(first_run).collect();
+    assert_eq!(
+        ours.len(),
+        1,
+        "one `lease lost` line in the first run's span; the lines: {lost:#?}"
+    );
+    let line = ours[0];
+    assert!(
+        line.fields.contains("it could no longer be proved")
+            && line.target == boxcar_queue::RUN_SPAN_TARGET,
+        "the line says why, under the run span's target: {line:?}"
+    );
+    let stepped = last_step.lock().expect("the handler ran");
+    assert!(
+        stepped <= line.at,
+        "the handler stepped {:?} after the `lease lost` line",
+        stepped - line.at
+    );
 }
 
 async fn run_engine_suite(backend: Backend) {
@@ -604,6 +664,7 @@ async fn run_engine_suite(backend: Backend) {
     check!(shutdown_releases);
     check!(renewal_and_reconcile);
     check!(a_handler_stopped_by_its_lapsed_lease_loses_the_lease);
+    check!(a_lost_lease_is_logged_in_the_run_span_once_its_handler_stopped);
     check!(observers_cannot_stall);
     check!(services);
     check!(flows_with_mixed_children);

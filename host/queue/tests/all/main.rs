@@ -13,7 +13,6 @@ mod deployed;
 mod engine;
 mod fairness;
 mod first_renewal;
-mod lease_lost_log;
 mod many_types;
 mod metrics;
 mod migrate;

@@ -24,7 +24,19 @@ pub struct Logged {
 
 /// Records every event with its span.
 #[derive(Clone, Default)]
-pub struct EventLog(pub Arc<Mutex<Vec<Logged>>>);
+pub struct EventLog(Arc<Mutex<Vec<Logged>>>);
+
+impl EventLog {
+    /// The events recorded so far whose fields contain `text`.
+    pub fn containing(&self, text: &str) -> Vec<Logged> {
+        self.0
+            .lock()
+            .iter()
+            .filter(|l| l.fields.contains(text))
+            .cloned()
+            .collect()
+    }
+}
 
 #[derive(Default)]
 struct FieldText(String);

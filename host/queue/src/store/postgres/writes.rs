@@ -8,8 +8,9 @@
 //! claim's attempt`), and one that ends an attempt records the attempt and
 //! its unstored log lines with it: a completion in its own statement, from
 //! the rows its `UPDATE` returns; the others in a transaction that first
-//! records the attempt under the same fence (`history`). Engine transitions use the
-//! `synchronous_commit = off` pool (see [`PostgresStore`]).
+//! records the attempt under the same fence (`history`). Engine
+//! transitions use the `synchronous_commit = off` pool (see
+//! [`PostgresStore`]).
 
 use super::rows::{attempt, claim_arrays};
 use super::{history, tx, PostgresStore};

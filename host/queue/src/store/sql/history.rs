@@ -10,7 +10,7 @@
 //! statements themselves are unchanged. A Postgres completion batch, the
 //! hot path, records instead from the rows its `UPDATE` returns, in the
 //! same statement ([`Dialect::record_attempts_of_done`]): one round trip
-//! instead of four. What the row cannot know (outcome,
+//! instead of four (five with log lines). What the row cannot know (outcome,
 //! error, figures) is bound as one JSON array, one object per job, so a
 //! batch of completions records all its attempts in one statement.
 //!
