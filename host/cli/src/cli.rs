@@ -377,6 +377,9 @@ pub struct BenchArgs {
     /// Jobs per `add_many` call (one transaction) in the `enqueue` workload.
     #[arg(long, default_value_t = 10_000)]
     pub batch: usize,
+    /// Concurrent producers sharing the `enqueue` workload's batches.
+    #[arg(long, default_value_t = 1)]
+    pub producers: usize,
     /// Rows of the `backlog` (default 1,000,000) and `retained` (default
     /// 5,000,000) workloads.
     #[arg(long)]

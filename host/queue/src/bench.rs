@@ -75,6 +75,10 @@ pub struct BenchConfig {
     pub single_jobs: usize,
     /// Batch size of the batched enqueue.
     pub batch_size: usize,
+    /// `enqueue` workload: concurrent producers sharing the batched
+    /// enqueue, each calling `add_many` on its own share (1: one after
+    /// another).
+    pub producers: usize,
     /// Worker concurrency of the drain.
     pub drain_concurrency: u32,
     /// Jobs of the latency workload.
@@ -94,6 +98,7 @@ impl Default for BenchConfig {
             drain_jobs: 20_000,
             single_jobs: 2_000,
             batch_size: 1_000,
+            producers: 1,
             drain_concurrency: 16,
             latency_jobs: 500,
             latency_concurrency: 4,
@@ -155,6 +160,9 @@ pub struct BenchResult {
     /// job in flight at the peak, in KiB.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rss_per_inflight_kib: Option<f64>,
+    /// `enqueue` workload: concurrent producers of the batched enqueue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub producers: Option<usize>,
     /// `drain` workloads: the worker's claim round trips.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub claim_calls: Option<u64>,
@@ -195,6 +203,7 @@ impl BenchResult {
             work_per_s_baseline: None,
             peak_inflight: None,
             rss_per_inflight_kib: None,
+            producers: None,
             claim_calls: None,
             complete_calls: None,
             store_seconds: None,
@@ -417,12 +426,22 @@ async fn enqueue_timed(
 ) -> Result<(f64, f64), BenchError> {
     let seconds = add_in_batches(queue, cfg.drain_jobs, cfg.batch_size, &job).await?;
     let batch_rate = cfg.drain_jobs as f64 / seconds;
+    let single_rate = add_one_by_one(queue, cfg.single_jobs, job).await?;
+    Ok((batch_rate, single_rate))
+}
+
+/// Enqueues `n` jobs made by `job` one `add` at a time; returns the rate
+/// (jobs per second).
+async fn add_one_by_one(
+    queue: &Queue,
+    n: usize,
+    job: impl Fn(usize) -> NewJob,
+) -> Result<f64, BenchError> {
     let started = Instant::now();
-    for i in 0..cfg.single_jobs {
+    for i in 0..n {
         queue.add(job(i)).await?;
     }
-    let single_rate = cfg.single_jobs as f64 / started.elapsed().as_secs_f64();
-    Ok((batch_rate, single_rate))
+    Ok(n as f64 / started.elapsed().as_secs_f64())
 }
 
 async fn drain_with(

@@ -40,11 +40,12 @@ pub async fn run(context: Context, args: BenchArgs) -> anyhow::Result<()> {
         || args.concurrency == 0
         || args.types == 0
         || args.batch == 0
+        || args.producers == 0
         || args.rows == Some(0)
         || args.inflight == 0
     {
         return Err(usage(
-            "--jobs, --concurrency, --types, --batch, --rows and --inflight must be positive",
+            "--jobs, --concurrency, --types, --batch, --producers, --rows and --inflight must be positive",
         ));
     }
     let store = connect(&context.db).await?;
@@ -69,6 +70,7 @@ pub async fn run(context: Context, args: BenchArgs) -> anyhow::Result<()> {
     }
     let batched = BenchConfig {
         batch_size: args.batch,
+        producers: args.producers,
         ..config.clone()
     };
     if args.workload == Workload::Enqueue {

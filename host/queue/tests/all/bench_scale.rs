@@ -1,7 +1,8 @@
-//! The `backlog`, `retained` and `inflight` benchmark workloads on every
-//! store, at a small size: each reports its figures and leaves nothing
-//! pending or running behind; the `retained` rows are finished, and the
-//! `inflight` jobs were in their handler together.
+//! The `backlog`, `retained`, `inflight` and `enqueue` benchmark workloads
+//! on every store, at a small size: each reports its figures and leaves
+//! nothing pending or running behind; the `retained` rows are finished, the
+//! `inflight` jobs were in their handler together, and concurrent
+//! producers store every job of their shares once.
 
 use std::sync::Arc;
 
@@ -97,7 +98,35 @@ async fn inflight_runs_waiting_jobs_side_by_side(fx: &Fixture) {
     assert_eq!(counts.succeeded, 60, "{counts:?}");
 }
 
+async fn enqueue_producers_share_the_batches(fx: &Fixture) {
+    let config = BenchConfig {
+        drain_jobs: 203,
+        single_jobs: 5,
+        batch_size: 20,
+        producers: 3,
+        ..BenchConfig::default()
+    };
+    let line = bench::enqueue(fx.store.clone(), &config)
+        .await
+        .expect("enqueue workload");
+    assert_eq!(line.workload, "enqueue");
+    assert_eq!(line.producers, Some(3));
+    assert!(
+        line.enqueue_batch_per_s.is_some_and(|r| r > 0.0),
+        "{line:?}"
+    );
+    let counts = fx.queue().count_by_status().await.expect("counts");
+    assert_eq!(
+        (counts.pending, counts.running, counts.cancelled),
+        (0, 0, 203 + 5),
+        "every producer's share stored once, then cancelled: {counts:?}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&line.to_json_line()).expect("json line");
+    assert_eq!(json["producers"], 3);
+}
+
 backends!(
+    enqueue_producers_share_the_batches,
     backlog_drains_from_a_deep_queue_and_cancels_the_rest,
     retained_drains_beside_finished_rows,
     inflight_runs_waiting_jobs_side_by_side
