@@ -404,7 +404,7 @@ pub(crate) async fn run(engine: Arc<Engine>) {
 }
 
 async fn dispatch(engine: &Arc<Engine>, ahead: &mut ClaimAhead) {
-    let mut events = engine.store.subscribe();
+    let mut events = engine.store.subscribe_wakeups();
     let mut rounds = Rounds::default();
     let mut due = DueSet::new(engine.opts.poll_interval);
     loop {
@@ -451,9 +451,10 @@ async fn dispatch(engine: &Arc<Engine>, ahead: &mut ClaimAhead) {
                         due.ask_store();
                         break;
                     }
+                    // Not on the wake-up channel; nothing to do if it were.
                     Ok(StoreEvent::Finished(_)) => continue,
                     Err(RecvError::Closed) => {
-                        events = engine.store.subscribe();
+                        events = engine.store.subscribe_wakeups();
                         continue;
                     }
                 },

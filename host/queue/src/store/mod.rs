@@ -28,6 +28,7 @@ mod claim_writes;
 pub mod connect;
 pub mod deployed_types;
 pub mod due;
+mod event_hub;
 pub mod memory;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod migrations;
@@ -517,6 +518,14 @@ pub trait JobStore: Send + Sync + 'static {
     /// SQLite tells of other processes' commits with
     /// [`StoreEvent::Changed`] while anyone subscribes.
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent>;
+
+    /// The events of [`JobStore::subscribe`] that can make a job due:
+    /// every one but [`StoreEvent::Finished`], so that a flood of
+    /// completions never makes a dispatcher's receiver lag. A store that
+    /// keeps one channel answers all of its events.
+    fn subscribe_wakeups(&self) -> broadcast::Receiver<StoreEvent> {
+        self.subscribe()
+    }
 
     /// Makes `host`'s deployed-type rows exactly `params.types` and
     /// forgets rows not seen for `forget_after` (see [`deployed_types`]).

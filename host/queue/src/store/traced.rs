@@ -308,6 +308,10 @@ impl JobStore for TracedStore {
         self.inner.subscribe()
     }
 
+    fn subscribe_wakeups(&self) -> broadcast::Receiver<StoreEvent> {
+        self.inner.subscribe_wakeups()
+    }
+
     async fn record_deployed_types(&self, params: RecordDeployedTypes) -> Result<(), StoreError> {
         let span = debug_span!(
             "store.record_deployed_types",

@@ -28,6 +28,7 @@ use tokio::sync::{broadcast, Mutex};
 
 use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 use super::due::{ClaimManyParams, DueTypes};
+use super::event_hub::EventHub;
 use super::policy::{guards as guard_policy, rescue as rescue_policy};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::{
@@ -59,7 +60,7 @@ struct State {
 pub struct MemoryStore {
     state: Mutex<State>,
     clock: Arc<dyn Clock>,
-    events: broadcast::Sender<StoreEvent>,
+    events: EventHub,
 }
 
 impl Default for MemoryStore {
@@ -79,12 +80,12 @@ impl MemoryStore {
         Self {
             state: Mutex::new(State::default()),
             clock,
-            events: broadcast::channel(1024).0,
+            events: EventHub::new(1024),
         }
     }
 
     fn notify(&self, event: StoreEvent) {
-        let _ = self.events.send(event);
+        self.events.send(event);
     }
 }
 
@@ -370,6 +371,10 @@ impl JobStore for MemoryStore {
 
     fn subscribe(&self) -> broadcast::Receiver<StoreEvent> {
         self.events.subscribe()
+    }
+
+    fn subscribe_wakeups(&self) -> broadcast::Receiver<StoreEvent> {
+        self.events.subscribe_wakeups()
     }
 
     async fn record_deployed_types(&self, p: RecordDeployedTypes) -> Result<(), StoreError> {

@@ -205,7 +205,7 @@ pub(super) async fn retry_failed(store: &PostgresStore, f: &JobFilter) -> Result
         .bind(i64::from(f.offset.unwrap_or(0)))
         .execute(&store.pool)
         .await?;
-    let _ = store.events.send(StoreEvent::Inserted(String::new()));
+    store.events.send(StoreEvent::Inserted(String::new()));
     Ok(r.rows_affected())
 }
 

@@ -19,9 +19,9 @@ use std::time::Duration;
 
 use sqlx::postgres::PgListener;
 use sqlx::PgPool;
-use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+use crate::store::event_hub::EventHub;
 use crate::store::{StoreError, StoreEvent};
 
 /// The channel `schema`'s inserts are notified on.
@@ -39,7 +39,7 @@ pub(super) fn finished_channel(schema: &str) -> String {
 pub(super) async fn relay(
     pool: &PgPool,
     schema: &str,
-    events: broadcast::Sender<StoreEvent>,
+    events: EventHub,
 ) -> Result<JoinHandle<()>, StoreError> {
     let mut listener = PgListener::connect_with(pool).await?;
     let inserted = inserted_channel(schema);
@@ -52,14 +52,14 @@ pub(super) async fn relay(
             match listener.try_recv().await {
                 Ok(Some(n)) if n.channel() == finished => {
                     for id in n.payload().split(' ').filter(|id| !id.is_empty()) {
-                        let _ = events.send(StoreEvent::Finished(id.to_string()));
+                        events.send(StoreEvent::Finished(id.to_string()));
                     }
                 }
                 Ok(Some(n)) => {
-                    let _ = events.send(StoreEvent::Inserted(n.payload().to_string()));
+                    events.send(StoreEvent::Inserted(n.payload().to_string()));
                 }
                 Ok(None) => {
-                    let _ = events.send(StoreEvent::Inserted(String::new()));
+                    events.send(StoreEvent::Inserted(String::new()));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "postgres listener failed; retrying in 1s");

@@ -42,6 +42,7 @@ use tokio::sync::broadcast;
 
 use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 use super::due::{ClaimManyParams, DueTypes};
+use super::event_hub::EventHub;
 use super::migrations::{self, Applied};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::sql::{sql_job_store, Dialect};
@@ -90,7 +91,7 @@ pub struct PostgresStore {
     finished_channel: String,
     /// The shared statements, spelled for this schema.
     sql: Dialect,
-    events: broadcast::Sender<StoreEvent>,
+    events: EventHub,
     listener: tokio::task::JoinHandle<()>,
 }
 
@@ -176,6 +177,11 @@ impl PostgresStore {
         self.events.subscribe()
     }
 
+    /// [`PostgresStore::subscribe_events`] without `Finished`.
+    fn subscribe_wakeup_events(&self) -> broadcast::Receiver<StoreEvent> {
+        self.events.subscribe_wakeups()
+    }
+
     /// Connects to `url` using tables in `schema` (created by `migrate`).
     /// Starts the LISTEN task that relays wake-ups.
     ///
@@ -208,7 +214,7 @@ impl PostgresStore {
             })
             .connect_with(opts)
             .await?;
-        let (events, _) = broadcast::channel(4096);
+        let events = EventHub::new(4096);
         let listener = listen::relay(&pool, schema, events.clone()).await?;
         Ok(Self {
             pool,

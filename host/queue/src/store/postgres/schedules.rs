@@ -148,6 +148,6 @@ pub(super) async fn fire(
     )
     .await?;
     tx.commit().await?;
-    let _ = store.events.send(StoreEvent::Inserted(job_type));
+    store.events.send(StoreEvent::Inserted(job_type));
     Ok(added.into_iter().next())
 }

@@ -424,6 +424,10 @@ macro_rules! sql_job_store {
                 self.subscribe_events()
             }
 
+            fn subscribe_wakeups(&self) -> broadcast::Receiver<StoreEvent> {
+                self.subscribe_wakeup_events()
+            }
+
             async fn record_deployed_types(
                 &self,
                 p: RecordDeployedTypes,

@@ -50,8 +50,9 @@ use std::time::{Duration, Instant};
 
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, SqliteConnection};
-use tokio::sync::{broadcast, MutexGuard, Notify};
+use tokio::sync::{MutexGuard, Notify};
 
+use crate::store::event_hub::EventHub;
 use crate::store::StoreEvent;
 
 /// The first poll after a subscription.
@@ -127,7 +128,7 @@ impl Drop for WriteGuard<'_> {
 /// The watch of one store; see the module docs.
 pub(super) struct Watch {
     opts: SqliteConnectOptions,
-    events: broadcast::Sender<StoreEvent>,
+    events: EventHub,
     writes: Arc<WriteLock>,
     started: AtomicBool,
     hurry: Notify,
@@ -136,7 +137,7 @@ pub(super) struct Watch {
 impl Watch {
     pub(super) fn new(
         opts: SqliteConnectOptions,
-        events: broadcast::Sender<StoreEvent>,
+        events: EventHub,
         writes: Arc<WriteLock>,
     ) -> Self {
         Self {
@@ -235,7 +236,7 @@ async fn run(watch: Weak<Watch>) {
                 // have changed since the subscriber last looked.
                 let foreign = last.is_none_or(|l| l.version != version && l.writes == writes);
                 if foreign {
-                    let _ = w.events.send(StoreEvent::Changed);
+                    w.events.send(StoreEvent::Changed);
                 }
                 let seen = Seen { version, writes };
                 if last != Some(seen) {
@@ -341,7 +342,7 @@ mod tests {
             .execute(&mut writer)
             .await
             .expect("create");
-        let watch = Watch::new(opts, broadcast::channel(4).0, Arc::default());
+        let watch = Watch::new(opts, EventHub::new(4), Arc::default());
         let mut watcher = None;
         let (_, quiet, _) = poll(&mut watcher, &watch).await.expect("poll");
         assert!(matches!(quiet, Version::Header(_)), "reads the WAL index");

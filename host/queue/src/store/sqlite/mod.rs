@@ -61,6 +61,7 @@ use tokio::sync::broadcast;
 
 use super::deployed_types::{DeployedTypeRecord, RecordDeployedTypes};
 use super::due::{ClaimManyParams, DueTypes};
+use super::event_hub::EventHub;
 use super::migrations::{self, Applied};
 use super::schedules::{FireSchedule, ReconcileReport, ReconcileSchedules};
 use super::sql::{sql_job_store, Dialect};
@@ -84,7 +85,7 @@ pub struct SqliteStore {
     own: SqlitePool,
     /// Handed to users by [`SqliteStore::pool`]; connects on first use.
     shared: SqlitePool,
-    events: broadcast::Sender<StoreEvent>,
+    events: EventHub,
     /// Serializes this process's writers, so they queue here instead of in
     /// SQLite's sleeping busy handler (which starves one writer under load).
     /// Other processes still wait through the busy timeout. Counts writes,
@@ -193,7 +194,7 @@ impl SqliteStore {
             .max_connections(4)
             .after_release(|conn, _| Box::pin(reset_on_release(conn)))
             .connect_lazy_with(opts.clone());
-        let events = broadcast::channel(1024).0;
+        let events = EventHub::new(1024);
         let write = Arc::new(changes::WriteLock::default());
         let watch = Arc::new(changes::Watch::new(
             opts,
@@ -220,6 +221,13 @@ impl SqliteStore {
         receiver
     }
 
+    /// [`SqliteStore::subscribe_events`] without `Finished`.
+    fn subscribe_wakeup_events(&self) -> broadcast::Receiver<StoreEvent> {
+        let receiver = self.events.subscribe_wakeups();
+        self.watch.subscribed();
+        receiver
+    }
+
     /// A connection pool on the same file, for the caller's own statements
     /// and transactions (e.g. a transactional enqueue). A connection given
     /// back inside a transaction is rolled back before it is reused.
@@ -228,7 +236,7 @@ impl SqliteStore {
     }
 
     fn notify(&self, ev: StoreEvent) {
-        let _ = self.events.send(ev);
+        self.events.send(ev);
     }
 
     /// Rescued jobs wake waiters (failed) or dispatchers (requeued).

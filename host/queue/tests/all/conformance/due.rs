@@ -1,12 +1,17 @@
 //! Claims that do not grow with the number of types: one claim for many
 //! unguarded types (each type's share capped by its own limit, claim order
 //! and expiry as in a one-type claim, per-type lease and version, parents
-//! with live children held back, any number of types), and the due-types
-//! answer (due now, or how long until the earliest pending job is due).
+//! with live children held back, any number of types), the due-types
+//! answer (due now, or how long until the earliest pending job is due),
+//! and the wake-up events a dispatcher listens to (inserts, never a
+//! finished job).
 
-use boxcar_queue::store::{ClaimManyParams, TypeClaim, EXPIRED_ERROR};
+use boxcar_queue::store::{
+    ClaimManyParams, CompleteParams, Completed, StoreEvent, TypeClaim, EXPIRED_ERROR,
+};
 use boxcar_queue::JobStatus;
 use chrono::Utc;
+use tokio::sync::broadcast::Receiver;
 
 use super::*;
 use crate::support::Fixture;
@@ -183,4 +188,65 @@ async fn due_types(fx: &Fixture) {
     assert!(fx.store.due_types(&[]).await.unwrap().due.is_empty());
 }
 
-backends!(shares, parents_wait, hundreds_of_types, due_types);
+/// Events from `events` until one matches `wanted` (Postgres relays them
+/// from its listener, so they may come a little after the write).
+async fn until(events: &mut Receiver<StoreEvent>, wanted: &StoreEvent) -> Vec<StoreEvent> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !seen.contains(wanted) {
+        match tokio::time::timeout_at(deadline, events.recv()).await {
+            Ok(Ok(event)) => seen.push(event),
+            Ok(Err(e)) => panic!("events ended or lagged: {e}; seen {seen:?}"),
+            Err(_) => panic!("no {wanted:?} within 10 s; seen {seen:?}"),
+        }
+    }
+    seen
+}
+
+/// A dispatcher's wake-up events carry inserts and leave out finished
+/// jobs, which the full event stream (a waiter's) carries.
+async fn wakeups_leave_out_finished_jobs(fx: &Fixture) {
+    let mut all = fx.store.subscribe();
+    let mut wakeups = fx.store.subscribe_wakeups();
+    let q = fx.queue();
+    let id = add(&q, job("woken")).await;
+    let inserted = StoreEvent::Inserted("woken".into());
+    until(&mut wakeups, &inserted).await;
+    let claimed = fx
+        .store
+        .claim_batch(claim("woken", W1, 1, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(claimed.claimed.len(), 1);
+    let done = fx
+        .store
+        .complete(CompleteParams {
+            worker_id: W1.into(),
+            jobs: vec![Completed {
+                id: id.clone(),
+                attempt: 1,
+                result: None,
+                ending: Default::default(),
+            }],
+        })
+        .await
+        .unwrap();
+    assert_eq!(done, vec![id.clone()]);
+    let finished = StoreEvent::Finished(id);
+    let seen = until(&mut all, &finished).await;
+    assert!(seen.contains(&inserted), "{seen:?}");
+    add(&q, job("woken.again")).await;
+    let woken = until(&mut wakeups, &StoreEvent::Inserted("woken.again".into())).await;
+    assert!(
+        !woken.iter().any(|e| matches!(e, StoreEvent::Finished(_))),
+        "a finished job is no wake-up: {woken:?}"
+    );
+}
+
+backends!(
+    shares,
+    parents_wait,
+    hundreds_of_types,
+    due_types,
+    wakeups_leave_out_finished_jobs
+);
