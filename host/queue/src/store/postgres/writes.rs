@@ -147,8 +147,30 @@ pub(super) async fn complete(
     Ok(done)
 }
 
+/// The fenced transition `update` (an `UPDATE` of one job whose fence
+/// holds the claim's attempt at `$attempt`) with the attempt it ends
+/// recorded from its own `RETURNING` row (endings `$endings`, worker
+/// `$worker`) and log lines `$logs` stored: one statement, one round trip.
+/// Answers the number of jobs the update changed (0 or 1).
+fn ending_in_one_statement(
+    sql: &crate::store::sql::Dialect,
+    update: &str,
+    [attempt, endings, worker, logs]: [usize; 4],
+) -> String {
+    format!(
+        "WITH ended AS ({update} RETURNING id, handler_version, started_at), \
+         done AS (SELECT id, ${attempt}::int4 AS attempts, handler_version, started_at \
+           FROM ended), \
+         recorded AS ({}), logged AS ({}) \
+         SELECT count(*) FROM done",
+        sql.record_attempts_of_done(endings, worker),
+        sql.insert_logs_at(logs),
+    )
+}
+
+/// Puts the job back to pending (fenced on the claim), records the attempt
+/// it ends and stores its log lines, in one statement.
 pub(super) async fn retry(store: &PostgresStore, p: RetryParams) -> Result<bool, StoreError> {
-    let mut tx = store.fast.begin().await?;
     let ending = SqlEnding::of(
         &p.id,
         &p.ending,
@@ -156,23 +178,24 @@ pub(super) async fn retry(store: &PostgresStore, p: RetryParams) -> Result<bool,
         Some(p.error.as_str()),
     )
     .fenced(p.attempt);
-    history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id)).await?;
-    history::store_logs(&mut tx, &store.sql, p.ending.logs.iter().collect()).await?;
-    let r = sqlx::query(&store.sql.retry())
+    let statement = ending_in_one_statement(&store.sql, &store.sql.retry(), [6, 7, 5, 8]);
+    let changed: i64 = sqlx::query_scalar(&statement)
         .bind(time::millis(p.delay))
         .bind(&p.error)
         .bind(p.consumes_attempt)
         .bind(&p.id)
         .bind(&p.worker_id)
         .bind(attempt(p.attempt))
-        .execute(&mut *tx)
+        .bind(endings_json(&[ending]))
+        .bind(logs_json(p.ending.logs.iter()))
+        .fetch_one(&store.fast)
         .await?;
-    tx.commit().await?;
-    Ok(r.rows_affected() == 1)
+    Ok(changed == 1)
 }
 
+/// Fails the job (fenced on the claim), records the attempt it ends and
+/// stores its log lines, in one statement.
 pub(super) async fn fail(store: &PostgresStore, p: FailParams) -> Result<bool, StoreError> {
-    let mut tx = store.fast.begin().await?;
     let ending = SqlEnding {
         code: p.code.as_deref(),
         details: p.details.as_deref(),
@@ -184,19 +207,19 @@ pub(super) async fn fail(store: &PostgresStore, p: FailParams) -> Result<bool, S
         )
         .fenced(p.attempt)
     };
-    history::record(&mut tx, &store.sql, &[ending], Some(&p.worker_id)).await?;
-    history::store_logs(&mut tx, &store.sql, p.ending.logs.iter().collect()).await?;
-    let r = sqlx::query(&store.sql.fail())
+    let statement = ending_in_one_statement(&store.sql, &store.sql.fail(), [6, 7, 3, 8]);
+    let changed: i64 = sqlx::query_scalar(&statement)
         .bind(&p.error)
         .bind(&p.id)
         .bind(&p.worker_id)
         .bind(&p.code)
         .bind(&p.details)
         .bind(attempt(p.attempt))
-        .execute(&mut *tx)
+        .bind(endings_json(&[ending]))
+        .bind(logs_json(p.ending.logs.iter()))
+        .fetch_one(&store.fast)
         .await?;
-    tx.commit().await?;
-    Ok(r.rows_affected() == 1)
+    Ok(changed == 1)
 }
 
 pub(super) async fn release(store: &PostgresStore, p: ReleaseParams) -> Result<u64, StoreError> {
