@@ -17,7 +17,9 @@ use super::{history, tx, PostgresStore};
 use crate::attempt::AttemptOutcome;
 use crate::attempt::LogLine;
 use crate::job::JobStatus;
-use crate::store::sql::{endings_json, job_columns, jobs_from_rows, logs_json, SqlEnding, LIVE};
+use crate::store::sql::{
+    endings_json, job_columns, jobs_from_rows, logs_json, Dialect, SqlEnding, LIVE,
+};
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, ReleaseParams, RenewParams,
     RetryParams, StoreError, EXPIRED_CODE, EXPIRED_ERROR,
@@ -153,7 +155,7 @@ pub(super) async fn complete(
 /// `$worker`) and log lines `$logs` stored: one statement, one round trip.
 /// Answers the number of jobs the update changed (0 or 1).
 fn ending_in_one_statement(
-    sql: &crate::store::sql::Dialect,
+    sql: &Dialect,
     update: &str,
     [attempt, endings, worker, logs]: [usize; 4],
 ) -> String {
