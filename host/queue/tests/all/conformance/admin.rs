@@ -201,19 +201,7 @@ async fn cancels(fx: &Fixture) {
         (j.status, j.last_error.as_deref()),
         (JobStatus::Cancelled, Some("deleted"))
     );
-    let done = fx
-        .store
-        .complete(CompleteParams {
-            worker_id: W1.into(),
-            jobs: vec![Completed {
-                id: r1.clone(),
-                attempt: 1,
-                result: None,
-                ending: Default::default(),
-            }],
-        })
-        .await
-        .unwrap();
+    let done = fx.store.complete(completion(&r1, 1, None)).await.unwrap();
     assert!(done.is_empty(), "no completion resurrects a cancelled job");
     let k1 = add(&q, job("t").dedupe_key("k1")).await;
     let k2 = add(&q, job("t").dedupe_key("k2")).await;
@@ -260,15 +248,11 @@ async fn flows(fx: &Fixture) {
         .iter()
         .all(|k| k.parent_id.as_deref() == Some(parent.as_str())));
     fx.store
-        .complete(CompleteParams {
-            worker_id: W1.into(),
-            jobs: vec![Completed {
-                id: kids.claimed[0].id.clone(),
-                attempt: kids.claimed[0].attempts,
-                result: Some("1".into()),
-                ending: Default::default(),
-            }],
-        })
+        .complete(completion(
+            &kids.claimed[0].id,
+            kids.claimed[0].attempts,
+            Some("1"),
+        ))
         .await
         .unwrap();
     fx.store

@@ -6,9 +6,7 @@
 //! and the wake-up events a dispatcher listens to (inserts, never a
 //! finished job).
 
-use boxcar_queue::store::{
-    ClaimManyParams, CompleteParams, Completed, StoreEvent, TypeClaim, EXPIRED_ERROR,
-};
+use boxcar_queue::store::{ClaimManyParams, StoreEvent, TypeClaim, EXPIRED_ERROR};
 use boxcar_queue::JobStatus;
 use chrono::Utc;
 use tokio::sync::broadcast::Receiver;
@@ -218,19 +216,7 @@ async fn wakeups_leave_out_finished_jobs(fx: &Fixture) {
         .await
         .unwrap();
     assert_eq!(claimed.claimed.len(), 1);
-    let done = fx
-        .store
-        .complete(CompleteParams {
-            worker_id: W1.into(),
-            jobs: vec![Completed {
-                id: id.clone(),
-                attempt: 1,
-                result: None,
-                ending: Default::default(),
-            }],
-        })
-        .await
-        .unwrap();
+    let done = fx.store.complete(completion(&id, 1, None)).await.unwrap();
     assert_eq!(done, vec![id.clone()]);
     let finished = StoreEvent::Finished(id);
     let seen = until(&mut all, &finished).await;

@@ -1,7 +1,6 @@
 //! Enqueue: dedupe keys (one live job per key, across connections) and
 //! validation (every rule refused before anything is written).
 
-use boxcar_queue::store::{CompleteParams, Completed};
 use boxcar_queue::{EnqueueError, QueueError, Registry, Scope};
 use chrono::Utc;
 
@@ -41,15 +40,11 @@ async fn dedupe(fx: &Fixture) {
     );
     let done = fx
         .store
-        .complete(CompleteParams {
-            worker_id: W1.into(),
-            jobs: vec![Completed {
-                id: c.claimed[0].id.clone(),
-                attempt: c.claimed[0].attempts,
-                result: Some("{\"ok\":true}".into()),
-                ending: Default::default(),
-            }],
-        })
+        .complete(completion(
+            &c.claimed[0].id,
+            c.claimed[0].attempts,
+            Some("{\"ok\":true}"),
+        ))
         .await
         .unwrap();
     assert_eq!(done.len(), 1);

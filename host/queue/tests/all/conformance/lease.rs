@@ -3,8 +3,8 @@
 //! expired lease is rescued, or failed when no attempts are left.
 
 use boxcar_queue::store::{
-    ClaimRef, CompleteParams, Completed, FailParams, ReleaseParams, RenewParams, RescueParams,
-    RetryParams, LEASE_EXPIRED_ERROR,
+    ClaimRef, FailParams, ReleaseParams, RenewParams, RescueParams, RetryParams,
+    LEASE_EXPIRED_ERROR,
 };
 use boxcar_queue::JobStatus;
 
@@ -42,19 +42,7 @@ async fn fenced(fx: &Fixture) {
         "the recovering claim is a new attempt"
     );
     let before = fx.store.get(&id).await.unwrap().unwrap();
-    let done = fx
-        .store
-        .complete(CompleteParams {
-            worker_id: W1.into(),
-            jobs: vec![Completed {
-                id: id.clone(),
-                attempt: 1,
-                result: None,
-                ending: Default::default(),
-            }],
-        })
-        .await
-        .unwrap();
+    let done = fx.store.complete(completion(&id, 1, None)).await.unwrap();
     assert!(done.is_empty(), "the old owner's completion is rejected");
     let retry = RetryParams {
         worker_id: W1.into(),
@@ -163,15 +151,7 @@ async fn fenced_on_attempt(fx: &Fixture) {
         before.push(fx.store.get(id).await.unwrap().unwrap());
     }
 
-    let stale_completion = CompleteParams {
-        worker_id: W1.into(),
-        jobs: vec![Completed {
-            id: done.clone(),
-            attempt: 1,
-            result: Some("\"old run\"".into()),
-            ending: Default::default(),
-        }],
-    };
+    let stale_completion = completion(done, 1, Some("\"old run\""));
     let applied = fx.store.complete(stale_completion).await.unwrap();
     assert!(applied.is_empty(), "the old run's completion is refused");
     let retry = |attempt| RetryParams {
@@ -238,17 +218,9 @@ async fn fenced_on_attempt(fx: &Fixture) {
         .set_progress(W1, &at(done, 2), "{\"new\":true}")
         .await
         .unwrap());
-    let completion = CompleteParams {
-        worker_id: W1.into(),
-        jobs: vec![Completed {
-            id: done.clone(),
-            attempt: 2,
-            result: Some("\"new run\"".into()),
-            ending: Default::default(),
-        }],
-    };
+    let new_run = completion(done, 2, Some("\"new run\""));
     assert_eq!(
-        fx.store.complete(completion).await.unwrap(),
+        fx.store.complete(new_run).await.unwrap(),
         vec![done.clone()]
     );
     let j = fx.store.get(done).await.unwrap().unwrap();

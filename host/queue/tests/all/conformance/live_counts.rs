@@ -1,7 +1,6 @@
 //! Unfinished jobs per type, as `/metrics` reads them at scrape time: due
 //! and scheduled pending jobs apart, running jobs, finished jobs left out.
 
-use boxcar_queue::store::{CompleteParams, Completed};
 use boxcar_queue::TypeCounts;
 
 use super::*;
@@ -38,18 +37,7 @@ async fn live_counts_by_type(fx: &Fixture) {
         .await
         .unwrap();
     assert_eq!(c.claimed.len(), 1);
-    fx.store
-        .complete(CompleteParams {
-            worker_id: W1.into(),
-            jobs: vec![Completed {
-                id: done,
-                attempt: 1,
-                result: None,
-                ending: Default::default(),
-            }],
-        })
-        .await
-        .unwrap();
+    fx.store.complete(completion(&done, 1, None)).await.unwrap();
     assert_eq!(
         fx.store.count_live_by_type().await.unwrap(),
         vec![counts("a", 2, 1, 0), counts("b", 1, 0, 1)]

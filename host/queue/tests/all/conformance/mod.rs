@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use boxcar_queue::store::{ClaimParams, ClaimRef};
+use boxcar_queue::store::{ClaimParams, ClaimRef, CompleteParams, Completed};
 use boxcar_queue::{ClaimGuards, NewJob, Queue};
 use serde_json::json;
 
@@ -35,6 +35,20 @@ fn claim(job_type: &str, worker: &str, limit: u32, lease: Duration) -> ClaimPara
         lease,
         handler_version: Some("v1".into()),
         guards: ClaimGuards::default(),
+    }
+}
+
+/// Worker [`W1`]'s completion of job `id` at attempt `attempt` with
+/// `result`, no attempt figures or log lines.
+fn completion(id: &str, attempt: u32, result: Option<&str>) -> CompleteParams {
+    CompleteParams {
+        worker_id: W1.into(),
+        jobs: vec![Completed {
+            id: id.into(),
+            attempt,
+            result: result.map(str::to_string),
+            ending: Default::default(),
+        }],
     }
 }
 

@@ -1,7 +1,7 @@
 //! Outcomes of a run: retry (with or without consuming an attempt), fail,
 //! release, progress.
 
-use boxcar_queue::store::{CompleteParams, Completed, FailParams, RetryParams};
+use boxcar_queue::store::{FailParams, RetryParams};
 use boxcar_queue::JobStatus;
 use chrono::Utc;
 
@@ -82,19 +82,7 @@ async fn transitions(fx: &Fixture) {
         (j.status, j.attempts, j.lease_owner.clone()),
         (JobStatus::Pending, 0, None)
     );
-    let done = fx
-        .store
-        .complete(CompleteParams {
-            worker_id: W1.into(),
-            jobs: vec![Completed {
-                id: id3.clone(),
-                attempt: 1,
-                result: None,
-                ending: Default::default(),
-            }],
-        })
-        .await
-        .unwrap();
+    let done = fx.store.complete(completion(&id3, 1, None)).await.unwrap();
     assert!(done.is_empty(), "a released job cannot be completed");
 }
 
