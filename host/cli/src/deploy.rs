@@ -326,7 +326,9 @@ impl Deployer {
         work
     }
 
-    /// Records how a pair's deploy ended.
+    /// Records how a pair's deploy ended. A rejection is logged last, once
+    /// it is stored and listed, so whoever sees the log line also finds the
+    /// rejection in `boxcar handlers` and the API.
     async fn settle(
         &self,
         name: String,
@@ -341,7 +343,6 @@ impl Deployer {
             }
             Err(error) => {
                 let reason = with_causes(&error);
-                tracing::error!(handler = %name, %reason, "handler rejected; the previous version keeps serving");
                 let _ = self
                     .queue
                     .record_handler_event(
@@ -356,12 +357,13 @@ impl Deployer {
                 let rejection = Rejection {
                     name: name.clone(),
                     at: time(Utc::now()),
-                    reason,
+                    reason: reason.clone(),
                 };
                 self.state
                     .lock()
                     .rejected
-                    .insert(name, (fingerprint, rejection));
+                    .insert(name.clone(), (fingerprint, rejection));
+                tracing::error!(handler = %name, %reason, "handler rejected; the previous version keeps serving");
             }
         }
     }
