@@ -326,9 +326,9 @@ impl Deployer {
         work
     }
 
-    /// Records how a pair's deploy ended. A rejection is logged last, once
-    /// it is stored and listed, so whoever sees the log line also finds the
-    /// rejection in `boxcar handlers` and the API.
+    /// Records how a pair's deploy ended. Either ending is logged last, once
+    /// it is stored and listed, so whoever sees the log line also finds it
+    /// in `boxcar handlers` and the API.
     async fn settle(
         &self,
         name: String,
@@ -337,9 +337,13 @@ impl Deployer {
     ) {
         match outcome {
             Ok(pair) => {
-                let mut state = self.state.lock();
-                state.rejected.remove(&name);
-                state.deployed.insert(name, (fingerprint, pair));
+                let (types, digest) = (pair.job_types.clone(), pair.digest.clone());
+                {
+                    let mut state = self.state.lock();
+                    state.rejected.remove(&name);
+                    state.deployed.insert(name.clone(), (fingerprint, pair));
+                }
+                tracing::info!(handler = %name, ?types, %digest, "handler deployed");
             }
             Err(error) => {
                 let reason = with_causes(&error);
@@ -442,7 +446,6 @@ impl Deployer {
         if let Err(error) = self.queue.record_deployed_types(&self.registry).await {
             tracing::warn!(%error, "could not record the deployed job types");
         }
-        tracing::info!(handler = %name, types = ?manifest.job_types, digest = %prepared.digest, "handler deployed");
         Ok(DeployedPair {
             name: name.to_string(),
             job_types: manifest.job_types.clone(),
