@@ -50,7 +50,8 @@ pub struct Completed {
     pub attempt: u32,
     /// JSON result text.
     pub result: Option<String>,
-    /// The attempt this completion ends.
+    /// The attempt this completion ends; it is recorded as succeeded
+    /// whatever outcome it names.
     pub ending: AttemptEnd,
 }
 

@@ -25,6 +25,7 @@ mod schedules;
 mod sqlite_checkpoint;
 mod sqlite_pool;
 mod sqlite_watch;
+mod succeeded_on_row;
 mod trace_context;
 mod traced;
 mod tracing_capture;

@@ -70,9 +70,9 @@ fn success(job: &boxcar_queue::Job) -> Completed {
     crate::support::success(job, Some("{\"ok\":true}"))
 }
 
-/// A batch of successes is written in one request (attempts, then jobs):
-/// when a statement of it fails after the attempts were inserted, the
-/// whole batch is rolled back — no attempt row, no finished job — and the
+/// A batch of successes is written in one request (log lines, then jobs):
+/// when a statement of it fails, the whole batch is rolled back — no
+/// attempt, no finished job — and the
 /// connection it ran on serves the next batch outside any transaction.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_completion_batch_that_fails_midway_keeps_nothing_and_frees_its_connection() {

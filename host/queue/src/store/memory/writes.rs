@@ -123,7 +123,10 @@ pub(super) async fn complete(store: &MemoryStore, p: CompleteParams) -> Vec<Stri
             st.history.append(c.ending.logs.clone());
             if let Some(job) = st.jobs.get_mut(&c.id) {
                 if in_claim(job, &p.worker_id, c.attempt) {
-                    let ending = Ending::of(&c.ending, AttemptOutcome::Succeeded, None);
+                    let ending = Ending {
+                        outcome: AttemptOutcome::Succeeded,
+                        ..Ending::of(&c.ending, AttemptOutcome::Succeeded, None)
+                    };
                     st.history.record(job, ending, now);
                     finish(job, JobStatus::Succeeded, None, now);
                     job.result = c.result;

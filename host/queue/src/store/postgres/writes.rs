@@ -6,9 +6,10 @@
 //! statement; every write after a claim is fenced on
 //! the claim (`status = running AND lease_owner = worker AND attempts = the
 //! claim's attempt`), and one that ends an attempt records the attempt and
-//! its unstored log lines with it: a completion in its own statement, from
-//! the rows its `UPDATE` returns; the others in a transaction that first
-//! records the attempt under the same fence (`history`). Engine
+//! its unstored log lines with it: a completion on the job rows it updates
+//! (the succeeded attempt's worker and figures), in one statement; the
+//! others in a transaction that first records the attempt row under the
+//! same fence (`history`). Engine
 //! transitions use the `synchronous_commit = off` pool (see
 //! [`PostgresStore`]).
 
@@ -18,7 +19,8 @@ use crate::attempt::AttemptOutcome;
 use crate::attempt::LogLine;
 use crate::job::JobStatus;
 use crate::store::sql::{
-    endings_json, job_columns, jobs_from_rows, logs_json, Dialect, SqlEnding, LIVE,
+    endings_json, figure_values, job_columns, jobs_from_rows, logs_json, Dialect, SqlEnding,
+    FIGURES, LIVE,
 };
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, ReleaseParams, RenewParams,
@@ -104,48 +106,71 @@ const ANNOUNCE: &str = "numbered AS (SELECT id, row_number() OVER () - 1 AS n FR
      announced AS (SELECT count(pg_notify($5, g.ids)) AS sent \
        FROM (SELECT string_agg(id, ' ') AS ids FROM numbered GROUP BY n / 32) g)";
 
-/// Marks the batch succeeded (fenced on each claim), records the attempt
-/// of each job it marked and stores the batch's log lines, and announces
-/// the ids on the finished channel: one statement, one round trip (its
-/// data-modifying parts all run, in one snapshot, and commit together).
-/// The attempts are made from the `UPDATE`'s own `RETURNING` rows, so one
-/// is recorded exactly when its job's transition applied. Answers the ids
-/// it completed.
+/// The completion statement: `$1` ids, `$2` results, `$3` the worker,
+/// `$4` the claims' attempts, `$5` the finished channel, `$6` the JSON log
+/// lines, `$7`.. the figure columns ([`FIGURES`]), one array each.
+fn complete_statement(sql: &Dialect) -> String {
+    let figure_params = FIGURES
+        .iter()
+        .enumerate()
+        .map(|(n, _)| format!("${}::int8[]", n + 7))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let set_figures = FIGURES
+        .iter()
+        .map(|f| format!("{f} = c.{f}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "WITH done AS (UPDATE {} j SET status = 'succeeded', result = c.result, \
+           finished_at = now(), lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), \
+           finished_by = $3, {set_figures} \
+         FROM unnest($1::text[], $2::text[], $4::int4[], {figure_params}) \
+           AS c(id, result, attempt, {}) \
+         WHERE j.id = c.id AND j.status = 'running' AND j.lease_owner = $3 \
+           AND j.attempts = c.attempt \
+         RETURNING j.id), \
+         logged AS ({}), {ANNOUNCE} \
+         SELECT done.id FROM done, announced",
+        sql.jobs,
+        FIGURES.join(", "),
+        sql.insert_logs_at(6),
+    )
+}
+
+/// Marks the batch succeeded (fenced on each claim) with each job's
+/// succeeded attempt on its row (worker and figures), stores the batch's
+/// log lines, and announces the ids on the finished channel: one
+/// statement, one round trip (its data-modifying parts all run, in one
+/// snapshot, and commit together). No attempt row is written: the history
+/// reads a succeeded attempt from the job row. Answers the ids it
+/// completed.
 pub(super) async fn complete(
     store: &PostgresStore,
     p: CompleteParams,
 ) -> Result<Vec<String>, StoreError> {
-    let ids: Vec<String> = p.jobs.iter().map(|c| c.id.clone()).collect();
-    let results: Vec<Option<String>> = p.jobs.iter().map(|c| c.result.clone()).collect();
+    let ids: Vec<&str> = p.jobs.iter().map(|c| c.id.as_str()).collect();
+    let results: Vec<Option<&str>> = p.jobs.iter().map(|c| c.result.as_deref()).collect();
     let attempts: Vec<i32> = p.jobs.iter().map(|c| attempt(c.attempt)).collect();
-    let endings: Vec<SqlEnding<'_>> = p
+    let figures: Vec<[Option<i64>; 8]> = p
         .jobs
         .iter()
-        .map(|c| SqlEnding::of(&c.id, &c.ending, AttemptOutcome::Succeeded, None).fenced(c.attempt))
+        .map(|c| figure_values(&c.ending.usage))
         .collect();
+    let figure_column = |n: usize| -> Vec<Option<i64>> { figures.iter().map(|f| f[n]).collect() };
     let logs: Vec<&LogLine> = p.jobs.iter().flat_map(|c| &c.ending.logs).collect();
-    let done = sqlx::query_scalar(&format!(
-        "WITH done AS (UPDATE {} j SET status = 'succeeded', result = c.result, \
-           finished_at = now(), lease_owner = NULL, lease_expires_at = NULL, updated_at = now() \
-         FROM unnest($1::text[], $2::text[], $4::int4[]) AS c(id, result, attempt) \
-         WHERE j.id = c.id AND j.status = 'running' AND j.lease_owner = $3 \
-           AND j.attempts = c.attempt \
-         RETURNING j.id, j.attempts, j.handler_version, j.started_at), \
-         recorded AS ({}), logged AS ({}), {ANNOUNCE} \
-         SELECT done.id FROM done, announced",
-        store.sql.jobs,
-        store.sql.record_attempts_of_done(6, 3),
-        store.sql.insert_logs_at(7),
-    ))
-    .bind(&ids)
-    .bind(&results)
-    .bind(&p.worker_id)
-    .bind(&attempts)
-    .bind(&store.finished_channel)
-    .bind(endings_json(&endings))
-    .bind(logs_json(logs.into_iter()))
-    .fetch_all(&store.fast)
-    .await?;
+    let statement = complete_statement(&store.sql);
+    let mut query = sqlx::query_scalar(&statement)
+        .bind(&ids)
+        .bind(&results)
+        .bind(&p.worker_id)
+        .bind(&attempts)
+        .bind(&store.finished_channel)
+        .bind(logs_json(logs.into_iter()));
+    for n in 0..FIGURES.len() {
+        query = query.bind(figure_column(n));
+    }
+    let done = query.fetch_all(&store.fast).await?;
     Ok(done)
 }
 

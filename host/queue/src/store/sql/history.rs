@@ -15,6 +15,13 @@
 //! batch of completions records all its attempts in one statement.
 //!
 //! Log lines are bound the same way, one JSON array per write.
+//!
+//! A succeeded attempt is the exception: a completion keeps it on the job
+//! row it updates anyway (`finished_by` and the figure columns), so the
+//! hot path writes no attempt row. [`Dialect::attempts_of`] reads a job's
+//! history as its attempt rows followed by that row's own attempt, which
+//! exists only when the job succeeded with `finished_by` set (jobs that
+//! succeeded before the columns existed have their attempt row instead).
 
 use serde_json::{json, Value};
 
@@ -40,8 +47,9 @@ const ENDING_FIELDS: [(&str, &str); 14] = [
     ("enqueues", "bigint"),
 ];
 
-/// The figure columns, in [`ENDING_FIELDS`] and table order.
-const FIGURES: [&str; 8] = [
+/// The figure columns, in [`ENDING_FIELDS`] and table order; the job row
+/// holds the same columns for its succeeded attempt.
+pub(in crate::store) const FIGURES: [&str; 8] = [
     "wall_ms",
     "peak_memory_bytes",
     "fuel",
@@ -118,8 +126,20 @@ impl<'a> Ending<'a> {
     }
 }
 
-fn figure(v: Option<u64>) -> Value {
-    v.map_or(Value::Null, |v| json!(i64::try_from(v).unwrap_or(i64::MAX)))
+/// `usage`'s figures in [`FIGURES`] order, as the columns store them
+/// (saturated at `i64::MAX`).
+pub(in crate::store) fn figure_values(usage: &AttemptUsage) -> [Option<i64>; 8] {
+    [
+        usage.wall_ms,
+        usage.peak_memory_bytes,
+        usage.fuel,
+        usage.log_bytes,
+        usage.result_bytes,
+        usage.http_requests,
+        usage.http_bytes,
+        usage.enqueues,
+    ]
+    .map(|v| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX)))
 }
 
 /// `endings` as the JSON array [`Dialect::record_attempts`] binds.
@@ -128,22 +148,18 @@ pub(in crate::store) fn endings_json(endings: &[Ending<'_>]) -> String {
         .iter()
         .map(|e| {
             let u = e.usage.cloned().unwrap_or_default();
-            json!({
+            let mut row = json!({
                 "id": e.id,
                 "claim_attempt": e.claim_attempt,
                 "outcome": e.outcome.as_str(),
                 "error": e.error,
                 "error_code": e.code,
                 "error_details": e.details,
-                "wall_ms": figure(u.wall_ms),
-                "peak_memory_bytes": figure(u.peak_memory_bytes),
-                "fuel": figure(u.fuel),
-                "log_bytes": figure(u.log_bytes),
-                "result_bytes": figure(u.result_bytes),
-                "http_requests": figure(u.http_requests),
-                "http_bytes": figure(u.http_bytes),
-                "enqueues": figure(u.enqueues),
-            })
+            });
+            for (name, value) in FIGURES.iter().zip(figure_values(&u)) {
+                row[*name] = json!(value);
+            }
+            row
         })
         .collect();
     Value::Array(rows).to_string()
@@ -246,11 +262,22 @@ impl Dialect {
         )
     }
 
-    /// The attempts of job `$1`, oldest first.
+    /// The attempts of job `$1`, oldest first: its attempt rows, then the
+    /// succeeded attempt its job row holds, if any.
     pub(in crate::store) fn attempts_of(&self) -> String {
         format!(
-            "SELECT {ATTEMPT_COLS} FROM {} WHERE job_id = $1 ORDER BY id",
-            self.attempts
+            "SELECT {ATTEMPT_COLS} FROM (\
+               SELECT {ATTEMPT_COLS}, 0 AS on_job_row, id AS seq FROM {attempts} \
+               WHERE job_id = $1 \
+               UNION ALL \
+               SELECT id, attempts, finished_by, handler_version, started_at, finished_at, \
+                 '{succeeded}', NULL, NULL, NULL, {figures}, 1, 0 FROM {jobs} \
+               WHERE id = $1 AND status = 'succeeded' AND finished_by IS NOT NULL) AS h \
+             ORDER BY on_job_row, seq",
+            attempts = self.attempts,
+            jobs = self.jobs,
+            succeeded = AttemptOutcome::Succeeded.as_str(),
+            figures = FIGURES.join(", "),
         )
     }
 

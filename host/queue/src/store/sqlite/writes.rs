@@ -4,8 +4,10 @@
 //! Invariant: every state change is a single conditional `UPDATE`, fenced
 //! on the claim (`status = running AND lease_owner = worker AND attempts =
 //! the claim's attempt`) after a claim; a transition that ends an attempt
-//! runs in a `BEGIN IMMEDIATE` transaction that first records the attempt
-//! (and its unstored log lines) under the same fence (`history`). An
+//! runs in a `BEGIN IMMEDIATE` transaction with its unstored log lines,
+//! and records the attempt: a completion on the job rows it updates (the
+//! succeeded attempt's worker and figures), the others as an attempt row
+//! written first under the same fence (`history`). An
 //! unguarded claim is one `UPDATE … WHERE id IN (SELECT … LIMIT n)
 //! RETURNING`: SQLite takes the write lock before the statement reads, so
 //! candidates cannot be claimed twice. Writers of this process queue on the
@@ -22,7 +24,8 @@ use super::{history, insert, tx, SqliteStore};
 use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, JobStatus};
 use crate::store::sql::{
-    endings_json, jobs_from_rows, logs_json, sqlite_json_elements, SqlEnding, JOB_COLS, LIVE,
+    figure_values, jobs_from_rows, logs_json, sqlite_json_elements, SqlEnding, FIGURES, JOB_COLS,
+    LIVE,
 };
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams,
@@ -144,30 +147,36 @@ pub(super) async fn renew_leases(
 }
 
 /// A batch of successes in one request to SQLite's worker thread: the
-/// attempts (`$1` endings, `$2` worker, `$3` now), their unstored log lines
-/// (`$4`) and the fenced job updates (`$5`: id, attempt and result per job)
-/// inside one `BEGIN IMMEDIATE … COMMIT`: one round trip to the worker
-/// thread instead of four (begin, record, update, commit). A statement that
+/// unstored log lines (`$3`) and the fenced job updates (`?1` worker, `?2`
+/// now, `?4`: id, attempt, result and figures per job, the succeeded
+/// attempt kept on the job row) inside one `BEGIN IMMEDIATE … COMMIT`: one
+/// round trip to the worker thread instead of three (begin, update,
+/// commit). A statement that
 /// fails leaves the transaction open on its connection, so that connection
 /// is closed, not reused ([`OwnTransaction`]): SQLite rolls the transaction
 /// back and nothing of a failed batch is kept.
 static COMPLETE: LazyLock<String> = LazyLock::new(|| {
     let sql = crate::store::sql::Dialect::sqlite();
+    let extract_figures: String = FIGURES
+        .iter()
+        .map(|f| format!(", json_extract(element, '$.{f}') AS {f}"))
+        .collect();
+    let set_figures: String = FIGURES.iter().map(|f| format!(", {f} = c.{f}")).collect();
     format!(
-        "BEGIN IMMEDIATE; {record}; {logs}; \
-         UPDATE boxcar_jobs SET status = 'succeeded', result = c.result, finished_at = ?3, \
-           lease_owner = NULL, lease_expires_at = NULL, updated_at = ?3 \
+        "BEGIN IMMEDIATE; {logs}; \
+         UPDATE boxcar_jobs SET status = 'succeeded', result = c.result, finished_at = ?2, \
+           lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2, \
+           finished_by = ?1{set_figures} \
          FROM (SELECT json_extract(element, '$.id') AS id, \
                  json_extract(element, '$.attempt') AS attempt, \
-                 json_extract(element, '$.result') AS result \
+                 json_extract(element, '$.result') AS result{extract_figures} \
                FROM {batch}) AS c \
          WHERE boxcar_jobs.id = c.id AND +boxcar_jobs.status = 'running' \
-           AND boxcar_jobs.lease_owner = ?2 AND boxcar_jobs.attempts = c.attempt \
+           AND boxcar_jobs.lease_owner = ?1 AND boxcar_jobs.attempts = c.attempt \
          RETURNING boxcar_jobs.id; \
          COMMIT",
-        record = sql.record_attempts_at(1),
-        batch = sqlite_json_elements("?5"),
-        logs = sql.insert_logs_at(4),
+        batch = sqlite_json_elements("?4"),
+        logs = sql.insert_logs_at(3),
     )
 });
 
@@ -198,22 +207,23 @@ pub(super) async fn complete(
     let batch = serde_json::Value::Array(
         p.jobs
             .iter()
-            .map(|c| serde_json::json!({ "id": c.id, "attempt": c.attempt, "result": c.result }))
+            .map(|c| {
+                let mut element =
+                    serde_json::json!({ "id": c.id, "attempt": c.attempt, "result": c.result });
+                for (name, value) in FIGURES.iter().zip(figure_values(&c.ending.usage)) {
+                    element[*name] = serde_json::json!(value);
+                }
+                element
+            })
             .collect(),
     )
     .to_string();
-    let endings: Vec<SqlEnding<'_>> = p
-        .jobs
-        .iter()
-        .map(|c| SqlEnding::of(&c.id, &c.ending, AttemptOutcome::Succeeded, None).fenced(c.attempt))
-        .collect();
     let logs = logs_json(p.jobs.iter().flat_map(|c| &c.ending.logs));
     let mut own = OwnTransaction {
         conn: store.own.acquire().await?,
         finished: false,
     };
     let done: Vec<String> = sqlx::query_scalar(&COMPLETE)
-        .bind(endings_json(&endings))
         .bind(&p.worker_id)
         .bind(now)
         .bind(logs)
