@@ -9,6 +9,15 @@
 //! completion: a batch the database refuses is written again job by job,
 //! and a job whose own write is refused fails with a host-written error
 //! (see `unstorable`) instead of staying `running` until its lease expires.
+//!
+//! Lingering: a batch smaller than [`LINGER_BELOW`] waits [`LINGER`] for
+//! more completions while other runs are in flight (they are about to
+//! finish). A job that runs alone has its completion written at once; under
+//! load a success lands up to [`LINGER`] later, and each write carries
+//! several times more jobs: a drain at concurrency 16 made about 950
+//! completion writes for 22,000 jobs without lingering and about 330 with
+//! it, and ran faster in 10 of 12 paired rounds (median pair about +6 % on
+//! Postgres, +11 % on SQLite).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +36,10 @@ use crate::store::{ClaimRef, CompleteParams, Completed, StoreError};
 /// Queue depth of finished runs awaiting their write.
 pub(crate) const CAPACITY: usize = 8192;
 const MAX_BATCH: usize = 1000;
+/// A batch smaller than this lingers while other runs are in flight.
+const LINGER_BELOW: usize = 64;
+/// How long a small batch lingers.
+const LINGER: Duration = Duration::from_millis(1);
 
 pub(crate) struct Done {
     /// The run's claim (the completion's fence).
@@ -149,6 +162,40 @@ fn report(engine: &Engine, batch: Vec<Done>, applied: &[String]) {
     }
 }
 
+/// The batch `first` starts: with the finished runs already queued, up to
+/// [`MAX_BATCH`], and, when it is smaller than [`LINGER_BELOW`] while runs
+/// are in flight (`runs_in_flight`), those queued within [`LINGER`] too (or
+/// until `stop`). A run of the batch may still hold its slot for a moment
+/// (it frees it just after handing its outcome over), so a lone job's
+/// completion can linger too, rarely.
+async fn gather<T>(
+    rx: &mut mpsc::Receiver<T>,
+    first: T,
+    runs_in_flight: impl Fn() -> u32,
+    stop: &CancellationToken,
+) -> Vec<T> {
+    let mut batch = vec![first];
+    take_ready(rx, &mut batch);
+    if batch.len() < LINGER_BELOW && runs_in_flight() > 0 {
+        tokio::select! {
+            () = tokio::time::sleep(LINGER) => {}
+            () = stop.cancelled() => {}
+        }
+        take_ready(rx, &mut batch);
+    }
+    batch
+}
+
+/// Adds the queued items to `batch`, up to [`MAX_BATCH`].
+fn take_ready<T>(rx: &mut mpsc::Receiver<T>, batch: &mut Vec<T>) {
+    while batch.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(d) => batch.push(d),
+            Err(_) => break,
+        }
+    }
+}
+
 pub(crate) async fn run(
     engine: Arc<Engine>,
     mut rx: mpsc::Receiver<Done>,
@@ -162,13 +209,7 @@ pub(crate) async fn run(
         let Some(first) = first else {
             break;
         };
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(d) => batch.push(d),
-                Err(_) => break,
-            }
-        }
+        let batch = gather(&mut rx, first, || engine.runs_in_flight(), &stop).await;
         write(&engine, batch).await;
     }
     rx.close();
@@ -179,5 +220,67 @@ pub(crate) async fn run(
     while !rest.is_empty() {
         let chunk: Vec<Done> = rest.drain(..rest.len().min(MAX_BATCH)).collect();
         write(&engine, chunk).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Sends `n` after `after` (paused clock: exact, in whole milliseconds),
+    /// or, for zero, as soon as the test's task waits.
+    fn send_later(tx: &mpsc::Sender<u32>, n: u32, after: Duration) {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            if after.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(after).await;
+            }
+            tx.send(n).await.ok();
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_small_batch_lingers_while_runs_are_in_flight() {
+        let (tx, mut rx) = mpsc::channel(16);
+        tx.send(2).await.unwrap();
+        send_later(&tx, 3, Duration::ZERO);
+        send_later(&tx, 4, LINGER * 2);
+        let stop = CancellationToken::new();
+        let started = tokio::time::Instant::now();
+        let batch = gather(&mut rx, 1, || 5, &stop).await;
+        assert_eq!(batch, [1, 2, 3], "what came within the linger joins");
+        assert_eq!(started.elapsed(), LINGER);
+        let next = rx.recv().await.unwrap();
+        assert_eq!(gather(&mut rx, next, || 5, &stop).await, [4]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_completion_or_a_full_batch_is_written_at_once() {
+        let (tx, mut rx) = mpsc::channel(128);
+        let stop = CancellationToken::new();
+        send_later(&tx, 2, Duration::ZERO);
+        let started = tokio::time::Instant::now();
+        assert_eq!(gather(&mut rx, 1, || 0, &stop).await, [1]);
+        assert_eq!(started.elapsed(), Duration::ZERO, "nothing else runs");
+        rx.recv().await.unwrap();
+        for n in 0..64 {
+            tx.send(n).await.unwrap();
+        }
+        let started = tokio::time::Instant::now();
+        let batch = gather(&mut rx, 99, || 5, &stop).await;
+        assert_eq!(batch.len(), 65);
+        assert_eq!(started.elapsed(), Duration::ZERO, "large enough already");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stopping_ends_a_linger() {
+        let (_tx, mut rx) = mpsc::channel::<u32>(4);
+        let stop = CancellationToken::new();
+        stop.cancel();
+        let started = tokio::time::Instant::now();
+        assert_eq!(gather(&mut rx, 1, || 5, &stop).await, [1]);
+        assert_eq!(started.elapsed(), Duration::ZERO);
     }
 }

@@ -92,6 +92,14 @@ impl Engine {
             .and_then(|l| l.average_run)
     }
 
+    /// Slots taken across all types: the runs of this process in flight.
+    fn runs_in_flight(&self) -> u32 {
+        self.running
+            .lock()
+            .values()
+            .fold(0u32, |n, l| n.saturating_add(l.running))
+    }
+
     fn take_slots(&self, job_type: &str, n: u32) {
         let mut load = self.running.lock();
         let load = load.entry(job_type.to_string()).or_default();
