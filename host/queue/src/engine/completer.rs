@@ -14,10 +14,10 @@
 //! more completions while other runs are in flight (they are about to
 //! finish). A job that runs alone has its completion written at once; under
 //! load a success lands up to [`LINGER`] later, and each write carries
-//! several times more jobs: a drain at concurrency 16 made about 950
-//! completion writes for 22,000 jobs without lingering and about 330 with
-//! it, and ran faster in 10 of 12 paired rounds (median pair about +6 % on
-//! Postgres, +11 % on SQLite).
+//! about twice as many jobs: a drain of 22,000 jobs at concurrency 16 made
+//! about 950 completion writes without lingering and about 430 with it,
+//! and ran faster in 9 of 12 paired rounds (median pair about +6 % on
+//! Postgres and on SQLite).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -164,10 +164,9 @@ fn report(engine: &Engine, batch: Vec<Done>, applied: &[String]) {
 
 /// The batch `first` starts: with the finished runs already queued, up to
 /// [`MAX_BATCH`], and, when it is smaller than [`LINGER_BELOW`] while runs
-/// are in flight (`runs_in_flight`), those queued within [`LINGER`] too (or
-/// until `stop`). A run of the batch may still hold its slot for a moment
-/// (it frees it just after handing its outcome over), so a lone job's
-/// completion can linger too, rarely.
+/// are in flight (`runs_in_flight`: runs that have not handed their
+/// outcome over, so none of the batch's), those queued within [`LINGER`]
+/// too (or until `stop`).
 async fn gather<T>(
     rx: &mut mpsc::Receiver<T>,
     first: T,

@@ -33,6 +33,7 @@ mod unstorable;
 mod unstorable_tests;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -65,10 +66,22 @@ pub(crate) struct Engine {
     registry: Arc<Registry>,
     opts: WorkerOptions,
     running: Mutex<HashMap<String, TypeLoad>>,
+    /// See [`Engine::runs_in_flight`].
+    executing: AtomicU32,
     slot_freed: Notify,
     stop_claiming: CancellationToken,
     runs: TaskTracker,
     completions: mpsc::Sender<completer::Done>,
+}
+
+/// One run counted in [`Engine::runs_in_flight`]; dropped before the run
+/// hands its outcome over, or when it ends.
+struct Executing<'a>(&'a AtomicU32);
+
+impl Drop for Executing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A type's runs in this process.
@@ -92,12 +105,16 @@ impl Engine {
             .and_then(|l| l.average_run)
     }
 
-    /// Slots taken across all types: the runs of this process in flight.
+    /// Runs of this process whose outcome has not been handed to the
+    /// outcome writer yet.
     fn runs_in_flight(&self) -> u32 {
-        self.running
-            .lock()
-            .values()
-            .fold(0u32, |n, l| n.saturating_add(l.running))
+        self.executing.load(Ordering::SeqCst)
+    }
+
+    /// Counts a run in [`Engine::runs_in_flight`] until the guard drops.
+    fn executing(&self) -> Executing<'_> {
+        self.executing.fetch_add(1, Ordering::SeqCst);
+        Executing(&self.executing)
     }
 
     fn take_slots(&self, job_type: &str, n: u32) {
@@ -146,6 +163,7 @@ impl Worker {
             registry,
             opts,
             running: Mutex::new(HashMap::new()),
+            executing: AtomicU32::new(0),
             slot_freed: Notify::new(),
             stop_claiming: CancellationToken::new(),
             runs: TaskTracker::new(),

@@ -86,6 +86,7 @@ pub(crate) async fn run_job(
     lease_deadline: Option<tokio::time::Instant>,
 ) {
     let started = Instant::now();
+    let executing = engine.executing();
     let claim = ClaimRef::of(&job);
     let event =
         |outcome, error: Option<String>, duration| run_event(&job, outcome, error, duration);
@@ -203,6 +204,8 @@ pub(crate) async fn run_job(
                 has_parent: job.parent_id.is_some(),
                 ending: attempt,
             };
+            // Handed over: the outcome writer no longer waits for this run.
+            drop(executing);
             if engine.completions.send(done).await.is_err() {
                 tracing::error!(job_id = %job.id, "outcome writer stopped; the job is recovered after its lease");
             }
