@@ -140,8 +140,8 @@ pub struct WorkerOptions {
     pub retention: Option<RetentionPolicy>,
     /// Claim-ahead horizon: an unguarded type whose runs are short claims
     /// as many jobs beyond its free slots as those slots are expected to
-    /// start within this time (at most 7 per slot), so claims come in
-    /// larger batches. Zero turns it off.
+    /// start within this time (at most 32 per slot and 1,024 per type), so
+    /// claims come in larger batches. Zero turns it off.
     pub claim_ahead: Duration,
 }
 
