@@ -19,8 +19,8 @@ use crate::attempt::AttemptOutcome;
 use crate::attempt::LogLine;
 use crate::job::JobStatus;
 use crate::store::sql::{
-    endings_json, figure_values, job_columns, jobs_from_rows, logs_json, Dialect, SqlEnding,
-    FIGURES, LIVE,
+    endings_json, figure_values, job_columns, jobs_from_rows, logs_json, set_figures_from, Dialect,
+    SqlEnding, FIGURES, LIVE,
 };
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, ReleaseParams, RenewParams,
@@ -116,11 +116,7 @@ fn complete_statement(sql: &Dialect) -> String {
         .map(|(n, _)| format!("${}::int8[]", n + 7))
         .collect::<Vec<_>>()
         .join(", ");
-    let set_figures = FIGURES
-        .iter()
-        .map(|f| format!("{f} = c.{f}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let set_figures = set_figures_from("c");
     format!(
         "WITH done AS (UPDATE {} j SET status = 'succeeded', result = c.result, \
            finished_at = now(), lease_owner = NULL, lease_expires_at = NULL, updated_at = now(), \

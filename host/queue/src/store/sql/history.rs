@@ -142,13 +142,28 @@ pub(in crate::store) fn figure_values(usage: &AttemptUsage) -> [Option<i64>; 8] 
     .map(|v| v.map(|v| i64::try_from(v).unwrap_or(i64::MAX)))
 }
 
+/// The JSON object `row` with `usage`'s figures added under their column
+/// names ([`FIGURES`]).
+pub(in crate::store) fn with_figures(mut row: Value, usage: &AttemptUsage) -> Value {
+    for (name, value) in FIGURES.iter().zip(figure_values(usage)) {
+        row[*name] = json!(value);
+    }
+    row
+}
+
+/// `figure = {from}.figure` for every figure column, comma-separated: the
+/// `SET` list that keeps a succeeded attempt's figures on its job row.
+pub(in crate::store) fn set_figures_from(from: &str) -> String {
+    FIGURES.map(|f| format!("{f} = {from}.{f}")).join(", ")
+}
+
 /// `endings` as the JSON array [`Dialect::record_attempts`] binds.
 pub(in crate::store) fn endings_json(endings: &[Ending<'_>]) -> String {
     let rows = endings
         .iter()
         .map(|e| {
             let u = e.usage.cloned().unwrap_or_default();
-            let mut row = json!({
+            let row = json!({
                 "id": e.id,
                 "claim_attempt": e.claim_attempt,
                 "outcome": e.outcome.as_str(),
@@ -156,10 +171,7 @@ pub(in crate::store) fn endings_json(endings: &[Ending<'_>]) -> String {
                 "error_code": e.code,
                 "error_details": e.details,
             });
-            for (name, value) in FIGURES.iter().zip(figure_values(&u)) {
-                row[*name] = json!(value);
-            }
-            row
+            with_figures(row, &u)
         })
         .collect();
     Value::Array(rows).to_string()

@@ -29,8 +29,8 @@ pub(super) use deployed_types::{deployed_type_from_row, type_max_attempts};
 pub(super) use dialect::sqlite_json_elements;
 pub(super) use dialect::Dialect;
 pub(super) use history::{
-    attempt_from_row, endings_json, figure_values, log_from_row, logs_json, Ending as SqlEnding,
-    FIGURES,
+    attempt_from_row, endings_json, figure_values, log_from_row, logs_json, set_figures_from,
+    with_figures, Ending as SqlEnding, FIGURES,
 };
 pub(super) use page::{page_query, Bind as PageBind};
 

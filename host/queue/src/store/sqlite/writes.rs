@@ -24,8 +24,8 @@ use super::{history, insert, tx, SqliteStore};
 use crate::attempt::AttemptOutcome;
 use crate::job::{AddResult, JobStatus};
 use crate::store::sql::{
-    figure_values, jobs_from_rows, logs_json, sqlite_json_elements, SqlEnding, FIGURES, JOB_COLS,
-    LIVE,
+    jobs_from_rows, logs_json, set_figures_from, sqlite_json_elements, with_figures, SqlEnding,
+    FIGURES, JOB_COLS, LIVE,
 };
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, InsertJob, ReleaseParams,
@@ -161,12 +161,12 @@ static COMPLETE: LazyLock<String> = LazyLock::new(|| {
         .iter()
         .map(|f| format!(", json_extract(element, '$.{f}') AS {f}"))
         .collect();
-    let set_figures: String = FIGURES.iter().map(|f| format!(", {f} = c.{f}")).collect();
+    let set_figures = set_figures_from("c");
     format!(
         "BEGIN IMMEDIATE; {logs}; \
          UPDATE boxcar_jobs SET status = 'succeeded', result = c.result, finished_at = ?2, \
            lease_owner = NULL, lease_expires_at = NULL, updated_at = ?2, \
-           finished_by = ?1{set_figures} \
+           finished_by = ?1, {set_figures} \
          FROM (SELECT json_extract(element, '$.id') AS id, \
                  json_extract(element, '$.attempt') AS attempt, \
                  json_extract(element, '$.result') AS result{extract_figures} \
@@ -208,12 +208,9 @@ pub(super) async fn complete(
         p.jobs
             .iter()
             .map(|c| {
-                let mut element =
+                let element =
                     serde_json::json!({ "id": c.id, "attempt": c.attempt, "result": c.result });
-                for (name, value) in FIGURES.iter().zip(figure_values(&c.ending.usage)) {
-                    element[*name] = serde_json::json!(value);
-                }
-                element
+                with_figures(element, &c.ending.usage)
             })
             .collect(),
     )
