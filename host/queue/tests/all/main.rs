@@ -22,6 +22,7 @@ mod pg_pool;
 mod pg_wakeups;
 mod replay;
 mod schedules;
+mod single_insert;
 mod sqlite_checkpoint;
 mod sqlite_pool;
 mod sqlite_watch;
