@@ -30,7 +30,7 @@ mod start_announcement;
 mod supervise;
 mod unstorable;
 #[cfg(test)]
-mod unstorable_tests;
+pub(crate) mod unstorable_tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -21,7 +21,7 @@ use crate::store::{ClaimParams, ClaimRef, JobStore};
 
 /// A Postgres store in a fresh schema, or `None` (printed) without
 /// `DATABASE_URL`; with `CI=true` a missing database fails the test.
-async fn postgres() -> Option<Arc<PostgresStore>> {
+pub(crate) async fn postgres() -> Option<Arc<PostgresStore>> {
     let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) else {
         assert!(
             std::env::var("CI").map_or(true, |v| v != "true"),

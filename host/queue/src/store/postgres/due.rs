@@ -13,7 +13,7 @@ use sqlx::Row;
 
 use super::PostgresStore;
 use crate::job::JobStatus;
-use crate::store::sql::{job_columns, jobs_from_rows, LIVE};
+use crate::store::sql::{job_columns, jobs_from_rows};
 use crate::store::{
     ClaimManyParams, ClaimResult, DueTypes, StoreError, EXPIRED_CODE, EXPIRED_ERROR,
 };
@@ -56,31 +56,7 @@ pub(super) async fn claim_many(
     if p.types.is_empty() {
         return Ok(res);
     }
-    let t = &store.sql.jobs;
-    let exp = "j.expires_at <= now()";
-    let sql = format!(
-        "WITH req AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[]) \
-             AS r(job_type, lim, lease_ms, version)), \
-         cand AS (SELECT pick.id, req.lease_ms, req.version FROM req CROSS JOIN LATERAL \
-             (SELECT j.id FROM {t} j \
-               WHERE j.status = 'pending' AND j.job_type = req.job_type AND j.run_at <= now() \
-                 AND NOT EXISTS (SELECT 1 FROM {t} c WHERE c.parent_id = j.id AND c.{LIVE}) \
-               ORDER BY j.priority, j.run_at, j.id LIMIT req.lim FOR UPDATE SKIP LOCKED) pick) \
-         UPDATE {t} j SET \
-           status = CASE WHEN {exp} THEN 'failed' ELSE 'running' END, \
-           last_error = CASE WHEN {exp} THEN $5 ELSE j.last_error END, \
-           error_code = CASE WHEN {exp} THEN $7 ELSE j.error_code END, \
-           finished_at = CASE WHEN {exp} THEN now() ELSE NULL END, \
-           lease_owner = CASE WHEN {exp} THEN NULL ELSE $6 END, \
-           lease_expires_at = CASE WHEN {exp} THEN NULL ELSE {lease} END, \
-           started_at = CASE WHEN {exp} THEN j.started_at ELSE now() END, \
-           attempts = CASE WHEN {exp} THEN j.attempts ELSE j.attempts + 1 END, \
-           handler_version = CASE WHEN {exp} THEN j.handler_version ELSE cand.version END, \
-           updated_at = now() \
-         FROM cand WHERE j.id = cand.id RETURNING {cols}",
-        lease = store.sql.plus_ms("now()", "cand.lease_ms"),
-        cols = job_columns("j.")
-    );
+    let sql = claim_many_statement(store);
     let types: Vec<&str> = p.types.iter().map(|c| c.job_type.as_str()).collect();
     let limits: Vec<i64> = p.types.iter().map(|c| i64::from(c.limit)).collect();
     let leases: Vec<i64> = p.types.iter().map(|c| time::millis(c.lease)).collect();
@@ -109,4 +85,39 @@ pub(super) async fn claim_many(
     res.claimed
         .sort_by(|a, b| (a.priority, a.run_at, &a.id).cmp(&(b.priority, b.run_at, &b.id)));
     Ok(res)
+}
+
+/// The claim for many unguarded types: `$1`..`$4` each type's name, most
+/// jobs, lease in ms and handler version; `$5` expiry error, `$6` worker,
+/// `$7` expiry code. `id = ANY(…)` beside the join to `cand` makes the
+/// claimed rows a primary-key read in every plan (see
+/// `writes::claim_statement`).
+pub(super) fn claim_many_statement(store: &PostgresStore) -> String {
+    let t = &store.sql.jobs;
+    let exp = "j.expires_at <= now()";
+    format!(
+        "WITH req AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[]) \
+             AS r(job_type, lim, lease_ms, version)), \
+         cand AS (SELECT pick.id, req.lease_ms, req.version FROM req CROSS JOIN LATERAL \
+             (SELECT j.id FROM {t} j \
+               WHERE j.status = 'pending' AND j.job_type = req.job_type AND j.run_at <= now() \
+                 AND {childless} \
+               ORDER BY j.priority, j.run_at, j.id LIMIT req.lim FOR UPDATE SKIP LOCKED) pick) \
+         UPDATE {t} j SET \
+           status = CASE WHEN {exp} THEN 'failed' ELSE 'running' END, \
+           last_error = CASE WHEN {exp} THEN $5 ELSE j.last_error END, \
+           error_code = CASE WHEN {exp} THEN $7 ELSE j.error_code END, \
+           finished_at = CASE WHEN {exp} THEN now() ELSE NULL END, \
+           lease_owner = CASE WHEN {exp} THEN NULL ELSE $6 END, \
+           lease_expires_at = CASE WHEN {exp} THEN NULL ELSE {lease} END, \
+           started_at = CASE WHEN {exp} THEN j.started_at ELSE now() END, \
+           attempts = CASE WHEN {exp} THEN j.attempts ELSE j.attempts + 1 END, \
+           handler_version = CASE WHEN {exp} THEN j.handler_version ELSE cand.version END, \
+           updated_at = now() \
+         FROM cand WHERE j.id = cand.id AND j.id = ANY(ARRAY(SELECT id FROM cand)) \
+         RETURNING {cols}",
+        childless = store.sql.no_live_children(t),
+        lease = store.sql.plus_ms("now()", "cand.lease_ms"),
+        cols = job_columns("j.")
+    )
 }

@@ -20,7 +20,7 @@ use crate::attempt::LogLine;
 use crate::job::JobStatus;
 use crate::store::sql::{
     endings_json, figure_values, job_columns, jobs_from_rows, logs_json, set_figures_from, Dialect,
-    SqlEnding, FIGURES, LIVE,
+    SqlEnding, FIGURES,
 };
 use crate::store::{
     ClaimParams, ClaimRef, ClaimResult, CompleteParams, FailParams, ReleaseParams, RenewParams,
@@ -37,28 +37,7 @@ pub(super) async fn claim_batch(
     if !p.guards.is_empty() {
         return tx::claim(store, &p).await;
     }
-    let t = &store.sql.jobs;
-    let exp = "j.expires_at <= now()";
-    let sql = format!(
-        "WITH cand AS (SELECT id FROM {t} j \
-             WHERE status = 'pending' AND job_type = $1 AND run_at <= now() \
-               AND NOT EXISTS (SELECT 1 FROM {t} c WHERE c.parent_id = j.id AND c.{LIVE}) \
-             ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) \
-         UPDATE {t} j SET \
-           status = CASE WHEN {exp} THEN 'failed' ELSE 'running' END, \
-           last_error = CASE WHEN {exp} THEN $3 ELSE j.last_error END, \
-           error_code = CASE WHEN {exp} THEN $7 ELSE j.error_code END, \
-           finished_at = CASE WHEN {exp} THEN now() ELSE NULL END, \
-           lease_owner = CASE WHEN {exp} THEN NULL ELSE $4 END, \
-           lease_expires_at = CASE WHEN {exp} THEN NULL ELSE {lease} END, \
-           started_at = CASE WHEN {exp} THEN j.started_at ELSE now() END, \
-           attempts = CASE WHEN {exp} THEN j.attempts ELSE j.attempts + 1 END, \
-           handler_version = CASE WHEN {exp} THEN j.handler_version ELSE $6 END, \
-           updated_at = now() \
-         FROM cand WHERE j.id = cand.id RETURNING {cols}",
-        lease = store.sql.plus_ms("now()", "$5"),
-        cols = job_columns("j.")
-    );
+    let sql = claim_statement(store);
     let rows = sqlx::query(&sql)
         .bind(&p.job_type)
         .bind(i64::from(p.limit))
@@ -80,6 +59,37 @@ pub(super) async fn claim_batch(
     res.claimed
         .sort_by(|a, b| (a.priority, a.run_at, &a.id).cmp(&(b.priority, b.run_at, &b.id)));
     Ok(res)
+}
+
+/// The unguarded claim: `$1` job type, `$2` most jobs, `$3` expiry error,
+/// `$4` worker, `$5` lease in ms, `$6` handler version, `$7` expiry code.
+/// The claimed rows are found again by `id = ANY(…)`, a primary-key read
+/// in every plan; a join to `cand` was planned as a hash join over the
+/// whole table whenever the statistics overestimated the candidates.
+pub(super) fn claim_statement(store: &PostgresStore) -> String {
+    let t = &store.sql.jobs;
+    let exp = "j.expires_at <= now()";
+    format!(
+        "WITH cand AS (SELECT id FROM {t} j \
+             WHERE status = 'pending' AND job_type = $1 AND run_at <= now() \
+               AND {childless} \
+             ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) \
+         UPDATE {t} j SET \
+           status = CASE WHEN {exp} THEN 'failed' ELSE 'running' END, \
+           last_error = CASE WHEN {exp} THEN $3 ELSE j.last_error END, \
+           error_code = CASE WHEN {exp} THEN $7 ELSE j.error_code END, \
+           finished_at = CASE WHEN {exp} THEN now() ELSE NULL END, \
+           lease_owner = CASE WHEN {exp} THEN NULL ELSE $4 END, \
+           lease_expires_at = CASE WHEN {exp} THEN NULL ELSE {lease} END, \
+           started_at = CASE WHEN {exp} THEN j.started_at ELSE now() END, \
+           attempts = CASE WHEN {exp} THEN j.attempts ELSE j.attempts + 1 END, \
+           handler_version = CASE WHEN {exp} THEN j.handler_version ELSE $6 END, \
+           updated_at = now() \
+         WHERE j.id = ANY(ARRAY(SELECT id FROM cand)) RETURNING {cols}",
+        childless = store.sql.no_live_children(t),
+        lease = store.sql.plus_ms("now()", "$5"),
+        cols = job_columns("j.")
+    )
 }
 
 pub(super) async fn renew_leases(
@@ -109,7 +119,7 @@ const ANNOUNCE: &str = "numbered AS (SELECT id, row_number() OVER () - 1 AS n FR
 /// The completion statement: `$1` ids, `$2` results, `$3` the worker,
 /// `$4` the claims' attempts, `$5` the finished channel, `$6` the JSON log
 /// lines, `$7`.. the figure columns ([`FIGURES`]), one array each.
-fn complete_statement(sql: &Dialect) -> String {
+pub(super) fn complete_statement(sql: &Dialect) -> String {
     let figure_params = FIGURES
         .iter()
         .enumerate()
@@ -123,7 +133,7 @@ fn complete_statement(sql: &Dialect) -> String {
            finished_by = $3, {set_figures} \
          FROM unnest($1::text[], $2::text[], $4::int4[], {figure_params}) \
            AS c(id, result, attempt, {}) \
-         WHERE j.id = c.id AND j.status = 'running' AND j.lease_owner = $3 \
+         WHERE j.id = c.id AND {running} = 'running' AND j.lease_owner = $3 \
            AND j.attempts = c.attempt \
          RETURNING j.id), \
          logged AS ({}), {ANNOUNCE} \
@@ -131,6 +141,7 @@ fn complete_statement(sql: &Dialect) -> String {
         sql.jobs,
         FIGURES.join(", "),
         sql.insert_logs_at(6),
+        running = sql.unindexed("j.status"),
     )
 }
 

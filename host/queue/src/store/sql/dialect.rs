@@ -146,15 +146,40 @@ impl Dialect {
         }
     }
 
-    /// `col` where the planner must not pick an index for it (SQLite: `+col`,
-    /// so a lookup by id keeps to the primary key).
-    pub(super) fn unindexed(&self, col: &str) -> String {
+    /// `col` where the planner must not pick an index for it, so a lookup
+    /// by id keeps to the primary key (SQLite: `+col`; Postgres:
+    /// `COALESCE(col, col)`, which neither an index nor a partial index's
+    /// predicate matches). On Postgres a fence such as `status = 'running'`
+    /// otherwise matched the partial lease index, which statistics gathered
+    /// while no job ran price at one row: completions and renewals then
+    /// walked that index, dead entries and all (≈ 0.2–0.6 s per statement
+    /// in a drain), instead of probing the primary key.
+    pub(in crate::store) fn unindexed(&self, col: &str) -> String {
         match self.backend {
             #[cfg(feature = "sqlite")]
             Backend::Sqlite => format!("+{col}"),
             #[cfg(feature = "postgres")]
-            Backend::Postgres => col.to_string(),
+            Backend::Postgres => format!("COALESCE({col}, {col})"),
         }
+    }
+
+    /// The condition that job `j` (a row of table `t`) has no live child.
+    /// On Postgres an `OFFSET 0` keeps it a subplan run for each candidate
+    /// the claim reaches, in claim order: as an anti-join, once the
+    /// statistics show one type holding most of the table, the generic
+    /// plan read and sorted that whole type on every claim (≈ 0.15 s per
+    /// claim at 45,000 pending jobs).
+    pub(in crate::store) fn no_live_children(&self, t: &str) -> String {
+        let fence = match self.backend {
+            #[cfg(feature = "sqlite")]
+            Backend::Sqlite => "",
+            #[cfg(feature = "postgres")]
+            Backend::Postgres => " OFFSET 0",
+        };
+        format!(
+            "NOT EXISTS (SELECT 1 FROM {t} c WHERE c.parent_id = j.id AND c.{}{fence})",
+            super::LIVE
+        )
     }
 
     /// `col` compared byte by byte (the order of Rust's `str` sort).

@@ -222,7 +222,8 @@ impl Dialect {
              SELECT j.id, j.attempts, j.lease_owner, j.handler_version, j.started_at, {}, \
                a.outcome, a.error, a.error_code, a.error_details, {figures} \
              FROM {} {} \
-             WHERE j.id = a.id AND j.status = 'running' AND ({} IS NULL OR j.lease_owner = ${worker}) \
+             WHERE j.id = a.id AND {running} = 'running' \
+               AND ({} IS NULL OR j.lease_owner = ${worker}) \
                AND (a.claim_attempt IS NULL OR j.attempts = a.claim_attempt)",
             self.attempts,
             FIGURES.join(", "),
@@ -230,6 +231,7 @@ impl Dialect {
             self.json_rows(first, &ENDING_FIELDS),
             self.job_of_each_row(),
             self.text_param(worker),
+            running = self.unindexed("j.status"),
         )
     }
 

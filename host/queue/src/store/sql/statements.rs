@@ -4,7 +4,7 @@
 //! order; on SQLite the statement's now is bound after them (see
 //! [`Dialect::now`]).
 
-use super::{Dialect, JOB_COLS, LIVE, SCHEDULE_COLS};
+use super::{Dialect, JOB_COLS, SCHEDULE_COLS};
 use crate::store::policy::rescue::Rescue;
 
 impl Dialect {
@@ -111,9 +111,10 @@ impl Dialect {
         format!(
             "SELECT id, scope_type, scope_id, expires_at FROM {t} j \
              WHERE status = 'pending' AND job_type = $1 AND {run_at} <= {now} \
-               AND NOT EXISTS (SELECT 1 FROM {t} c WHERE c.parent_id = j.id AND c.{LIVE}) \
+               AND {childless} \
              ORDER BY priority, run_at, id LIMIT $2{lock}",
             t = self.jobs,
+            childless = self.no_live_children(&self.jobs),
             run_at = self.unindexed("run_at"),
             now = self.now(3),
             lock = self.lock_rows()

@@ -35,10 +35,11 @@ impl Dialect {
             "UPDATE {} SET status = 'pending', run_at = {}, last_error = $2, \
                attempts = CASE WHEN $3 THEN attempts ELSE {} END, \
                lease_owner = NULL, lease_expires_at = NULL, updated_at = {now} \
-             WHERE id = $4 AND status = 'running' AND lease_owner = $5 AND attempts = $6",
+             WHERE id = $4 AND {} = 'running' AND lease_owner = $5 AND attempts = $6",
             self.jobs,
             self.plus_ms(&now, "$1"),
-            self.greatest("attempts - 1", "0")
+            self.greatest("attempts - 1", "0"),
+            self.unindexed("status")
         )
     }
 
@@ -50,8 +51,9 @@ impl Dialect {
             "UPDATE {} SET status = 'failed', last_error = $1, finished_at = {now}, \
                lease_owner = NULL, lease_expires_at = NULL, updated_at = {now}, \
                error_code = $4, error_details = $5 \
-             WHERE id = $2 AND status = 'running' AND lease_owner = $3 AND attempts = $6",
-            self.jobs
+             WHERE id = $2 AND {} = 'running' AND lease_owner = $3 AND attempts = $6",
+            self.jobs,
+            self.unindexed("status")
         )
     }
 
@@ -75,9 +77,10 @@ impl Dialect {
     pub(in crate::store) fn set_progress(&self) -> String {
         format!(
             "UPDATE {} SET progress = $1, updated_at = {} \
-             WHERE id = $2 AND status = 'running' AND lease_owner = $3 AND attempts = $4",
+             WHERE id = $2 AND {} = 'running' AND lease_owner = $3 AND attempts = $4",
             self.jobs,
-            self.now(5)
+            self.now(5),
+            self.unindexed("status")
         )
     }
 
