@@ -504,7 +504,11 @@ async fn flows_with_mixed_children(fx: &Fixture) {
     assert!(
         kids.iter()
             .all(|k| k.finished_at.is_some_and(|f| f <= parent_started)),
-        "the parent ran only after every child was terminal"
+        "the parent ran only after every child was terminal: parent started {parent_started}, \
+         children (status, attempts, finished) {:?}",
+        kids.iter()
+            .map(|k| (k.status, k.attempts, k.finished_at))
+            .collect::<Vec<_>>()
     );
     assert_eq!(
         *seen.lock(),
