@@ -11,6 +11,7 @@
 
 use sqlx::Row;
 
+use super::writes::claim_or_expire;
 use super::PostgresStore;
 use crate::job::JobStatus;
 use crate::store::sql::{job_columns, jobs_from_rows};
@@ -94,7 +95,6 @@ pub(super) async fn claim_many(
 /// `writes::claim_statement`).
 pub(super) fn claim_many_statement(store: &PostgresStore) -> String {
     let t = &store.sql.jobs;
-    let exp = "j.expires_at <= now()";
     format!(
         "WITH req AS (SELECT * FROM unnest($1::text[], $2::int8[], $3::int8[], $4::text[]) \
              AS r(job_type, lim, lease_ms, version)), \
@@ -103,21 +103,17 @@ pub(super) fn claim_many_statement(store: &PostgresStore) -> String {
                WHERE j.status = 'pending' AND j.job_type = req.job_type AND j.run_at <= now() \
                  AND {childless} \
                ORDER BY j.priority, j.run_at, j.id LIMIT req.lim FOR UPDATE SKIP LOCKED) pick) \
-         UPDATE {t} j SET \
-           status = CASE WHEN {exp} THEN 'failed' ELSE 'running' END, \
-           last_error = CASE WHEN {exp} THEN $5 ELSE j.last_error END, \
-           error_code = CASE WHEN {exp} THEN $7 ELSE j.error_code END, \
-           finished_at = CASE WHEN {exp} THEN now() ELSE NULL END, \
-           lease_owner = CASE WHEN {exp} THEN NULL ELSE $6 END, \
-           lease_expires_at = CASE WHEN {exp} THEN NULL ELSE {lease} END, \
-           started_at = CASE WHEN {exp} THEN j.started_at ELSE now() END, \
-           attempts = CASE WHEN {exp} THEN j.attempts ELSE j.attempts + 1 END, \
-           handler_version = CASE WHEN {exp} THEN j.handler_version ELSE cand.version END, \
-           updated_at = now() \
+         UPDATE {t} j SET {set} \
          FROM cand WHERE j.id = cand.id AND j.id = ANY(ARRAY(SELECT id FROM cand)) \
          RETURNING {cols}",
         childless = store.sql.no_live_children(t),
-        lease = store.sql.plus_ms("now()", "cand.lease_ms"),
+        set = claim_or_expire(
+            &store.sql.plus_ms("now()", "cand.lease_ms"),
+            "$5",
+            "$7",
+            "$6",
+            "cand.version"
+        ),
         cols = job_columns("j.")
     )
 }

@@ -68,27 +68,42 @@ pub(super) async fn claim_batch(
 /// whole table whenever the statistics overestimated the candidates.
 pub(super) fn claim_statement(store: &PostgresStore) -> String {
     let t = &store.sql.jobs;
-    let exp = "j.expires_at <= now()";
     format!(
         "WITH cand AS (SELECT id FROM {t} j \
              WHERE status = 'pending' AND job_type = $1 AND run_at <= now() \
                AND {childless} \
              ORDER BY priority, run_at, id LIMIT $2 FOR UPDATE SKIP LOCKED) \
-         UPDATE {t} j SET \
-           status = CASE WHEN {exp} THEN 'failed' ELSE 'running' END, \
-           last_error = CASE WHEN {exp} THEN $3 ELSE j.last_error END, \
-           error_code = CASE WHEN {exp} THEN $7 ELSE j.error_code END, \
-           finished_at = CASE WHEN {exp} THEN now() ELSE NULL END, \
-           lease_owner = CASE WHEN {exp} THEN NULL ELSE $4 END, \
-           lease_expires_at = CASE WHEN {exp} THEN NULL ELSE {lease} END, \
-           started_at = CASE WHEN {exp} THEN j.started_at ELSE now() END, \
-           attempts = CASE WHEN {exp} THEN j.attempts ELSE j.attempts + 1 END, \
-           handler_version = CASE WHEN {exp} THEN j.handler_version ELSE $6 END, \
-           updated_at = now() \
+         UPDATE {t} j SET {set} \
          WHERE j.id = ANY(ARRAY(SELECT id FROM cand)) RETURNING {cols}",
         childless = store.sql.no_live_children(t),
-        lease = store.sql.plus_ms("now()", "$5"),
+        set = claim_or_expire(&store.sql.plus_ms("now()", "$5"), "$3", "$7", "$4", "$6"),
         cols = job_columns("j.")
+    )
+}
+
+/// The `SET` list of a claim of the candidate rows `j`: one past its
+/// `expires_at` fails with error `error` and code `code`; any other runs
+/// under worker `worker`'s lease until `lease`, recording handler version
+/// `version` (each an SQL expression).
+pub(super) fn claim_or_expire(
+    lease: &str,
+    error: &str,
+    code: &str,
+    worker: &str,
+    version: &str,
+) -> String {
+    let exp = "j.expires_at <= now()";
+    format!(
+        "status = CASE WHEN {exp} THEN 'failed' ELSE 'running' END, \
+         last_error = CASE WHEN {exp} THEN {error} ELSE j.last_error END, \
+         error_code = CASE WHEN {exp} THEN {code} ELSE j.error_code END, \
+         finished_at = CASE WHEN {exp} THEN now() ELSE NULL END, \
+         lease_owner = CASE WHEN {exp} THEN NULL ELSE {worker} END, \
+         lease_expires_at = CASE WHEN {exp} THEN NULL ELSE {lease} END, \
+         started_at = CASE WHEN {exp} THEN j.started_at ELSE now() END, \
+         attempts = CASE WHEN {exp} THEN j.attempts ELSE j.attempts + 1 END, \
+         handler_version = CASE WHEN {exp} THEN j.handler_version ELSE {version} END, \
+         updated_at = now()"
     )
 }
 
