@@ -124,3 +124,21 @@ async fn the_unfiltered_jobs_list_reads_one_status_range_per_status() {
     );
     assert_reads_no_whole_table(&lines);
 }
+
+/// The fenced writes over a list of claims (renew, release, ownership)
+/// walk the bound claims once and look each job up by its primary key;
+/// a join of the ids' and the attempts' `json_each` on their keys was a
+/// nested loop over both lists.
+#[tokio::test]
+async fn a_claims_list_is_walked_once() {
+    let sql = Dialect::sqlite();
+    for (statement, binds) in [(sql.renew(), 5), (sql.release(), 4), (sql.still_owned(), 3)] {
+        let lines = plan(&statement, binds).await;
+        assert_eq!(
+            lines_with(&lines, "VIRTUAL TABLE"),
+            lines_with(&lines, "LIST SUBQUERY"),
+            "one json_each walk per list of claims: {lines:?}"
+        );
+        assert_reads_no_whole_table(&lines);
+    }
+}

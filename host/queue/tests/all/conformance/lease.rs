@@ -238,4 +238,75 @@ async fn fenced_on_attempt(fx: &Fixture) {
     assert_eq!((j.status, j.attempts), (JobStatus::Pending, 1));
 }
 
-backends!(fenced, exhausted, fenced_on_attempt);
+/// One call fences each claim on its own attempt: with job `a` in its
+/// second claim and job `b` in its first, both held by `W1`, the pairs
+/// (a, 2) and (b, 1) are owned, renewed and released, and the crossed
+/// pairs (a, 1) and (b, 2) are not.
+async fn claims_pair_each_id_with_its_own_attempt(fx: &Fixture) {
+    let q = fx.queue();
+    let a = add(&q, job("t").max_attempts(5)).await;
+    fx.store
+        .claim_batch(claim("t", W1, 1, Duration::from_millis(30)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(80)).await;
+    assert_eq!(
+        fx.store
+            .rescue(RescueParams { limit: 100 })
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let b = add(&q, job("t").max_attempts(5)).await;
+    let claimed = fx
+        .store
+        .claim_batch(claim("t", W1, 2, Duration::from_secs(60)))
+        .await
+        .unwrap();
+    let attempt_of = |id: &str| {
+        claimed
+            .claimed
+            .iter()
+            .find(|j| j.id == id)
+            .map(|j| j.attempts)
+    };
+    assert_eq!((attempt_of(&a), attempt_of(&b)), (Some(2), Some(1)));
+    let sorted = |mut ids: Vec<String>| {
+        ids.sort();
+        ids
+    };
+    let both = sorted(vec![a.clone(), b.clone()]);
+    let live = [at(&a, 2), at(&b, 1)];
+    let crossed = [at(&a, 1), at(&b, 2)];
+    assert_eq!(sorted(fx.store.still_owned(W1, &live).await.unwrap()), both);
+    assert!(fx.store.still_owned(W1, &crossed).await.unwrap().is_empty());
+    let renew = |claims: &[ClaimRef]| RenewParams {
+        worker_id: W1.into(),
+        claims: claims.to_vec(),
+        lease: Duration::from_secs(600),
+    };
+    assert!(fx
+        .store
+        .renew_leases(renew(&crossed))
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        sorted(fx.store.renew_leases(renew(&live)).await.unwrap()),
+        both
+    );
+    let release = |claims: &[ClaimRef]| ReleaseParams {
+        worker_id: W1.into(),
+        claims: claims.to_vec(),
+    };
+    assert_eq!(fx.store.release(release(&crossed)).await.unwrap(), 0);
+    assert_eq!(fx.store.release(release(&live)).await.unwrap(), 2);
+}
+
+backends!(
+    fenced,
+    exhausted,
+    fenced_on_attempt,
+    claims_pair_each_id_with_its_own_attempt
+);
